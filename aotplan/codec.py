@@ -1,0 +1,230 @@
+"""The plan file: a fixed header, then a msgpack payload, encoded field by field.
+
+    bytes 0..7    magic b"AOTPLAN\\0"
+    bytes 8..11   format version, uint32 little-endian
+    bytes 12..15  header length H, uint32 little-endian
+    bytes 16..16+H  header, msgpack map:
+                    launch_mode   str
+                    payload_size  int
+                    payload_sha256  bin(32)
+                    signature     nil (reserved: a later version signs the digest)
+    then          payload, msgpack (the Plan, below)
+
+The magic and the version are checked before any msgpack is decoded; the payload's
+size and digest before the payload is decoded. Decoding uses explicit size limits and
+checks every field's type; `aotplan.verify` then checks ranges and references.
+
+Version changelog:
+  1 (aotplan 0.1): first version. Launch mode "kernel"; weights "arena" or "pool".
+"""
+
+import hashlib
+import struct
+
+import msgpack
+
+from aotplan.errors import PlanError
+from aotplan.plan import (
+    Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanTensor, Provenance,
+)
+
+MAGIC = b"AOTPLAN\x00"
+FORMAT_VERSION = 1
+MIN_SUPPORTED_VERSION = 1
+MAX_SUPPORTED_VERSION = 1
+_PREFIX = struct.Struct("<8sII")
+MAX_HEADER_BYTES = 4096
+# Limits for the payload decoder: a corrupt length field must not allocate gigabytes.
+_LIMITS = dict(max_str_len=1 << 20, max_bin_len=1 << 33, max_array_len=1 << 24, max_map_len=1 << 10)
+
+
+# ---------------------------------------------------------------- encoding
+
+def _tensor(t):
+    return [t.name, t.kind, t.dtype, list(t.shape), t.format, list(t.device_shape), t.storage, t.offset, t.nbytes]
+
+
+def _kernel(k):
+    return [k.name, k.exported, k.workspace_bytes, list(k.pool_args)]
+
+
+def _launch(l):
+    return [l.kernel, l.node, list(l.reads), list(l.writes)]
+
+
+def encode_payload(plan):
+    m, p = plan.memory, plan.provenance
+    return msgpack.packb({
+        "launch_mode": plan.launch_mode,
+        "weights": plan.weights,
+        "planner": plan.planner,
+        "alignment": plan.alignment,
+        "arena_bytes": plan.arena_bytes,
+        "tensors": [_tensor(t) for t in plan.tensors],
+        "constants": [[c.tensor, c.data] for c in plan.constants],
+        "kernels": [_kernel(k) for k in plan.kernels],
+        "launches": [_launch(l) for l in plan.launches],
+        "inputs": list(plan.inputs),
+        "outputs": list(plan.outputs),
+        "input_kernel": plan.input_kernel,
+        "output_kernel": plan.output_kernel,
+        "place_kernel": plan.place_kernel,
+        "memory": [m.arena_bytes, m.lower_bound_bytes, m.naive_bytes, m.constant_pool_bytes, m.max_workspace_bytes],
+        "provenance": [p.model_name, p.model_digest, p.aotplan_version, p.jax_version, p.jaxlib_version,
+                       list(p.platforms)],
+    }, use_bin_type=True)
+
+
+def encode(plan):
+    payload = encode_payload(plan)
+    header = msgpack.packb({
+        "launch_mode": plan.launch_mode,
+        "payload_size": len(payload),
+        "payload_sha256": hashlib.sha256(payload).digest(),
+        "signature": None,
+    }, use_bin_type=True)
+    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)) + header + payload
+
+
+# ---------------------------------------------------------------- decoding
+
+def _type_name(kind):
+    return kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+
+
+def _check(value, kind, field):
+    if isinstance(value, bool) and kind in (int, (int,)):
+        raise PlanError(f"plan field {field}: expected int, got bool")
+    if not isinstance(value, kind):
+        raise PlanError(f"plan field {field}: expected {_type_name(kind)}, got {type(value).__name__}")
+    return value
+
+
+def _get(m, key, kind, where="plan"):
+    if key not in m:
+        raise PlanError(f"plan field {where}.{key} is missing")
+    return _check(m[key], kind, f"{where}.{key}")
+
+
+def _ints(value, field):
+    _check(value, list, field)
+    for i, v in enumerate(value):
+        _check(v, int, f"{field}[{i}]")
+    return tuple(value)
+
+
+def _row(value, n, field):
+    _check(value, list, field)
+    if len(value) != n:
+        raise PlanError(f"plan field {field}: expected {n} entries, got {len(value)}")
+    return value
+
+
+def _decode_tensor(r, i):
+    f = f"tensors[{i}]"
+    r = _row(r, 9, f)
+    return PlanTensor(
+        name=_check(r[0], str, f + ".name"), kind=_check(r[1], str, f + ".kind"),
+        dtype=_check(r[2], str, f + ".dtype"), shape=_ints(r[3], f + ".shape"),
+        format=_check(r[4], str, f + ".format"), device_shape=_ints(r[5], f + ".device_shape"),
+        storage=_check(r[6], str, f + ".storage"), offset=_check(r[7], int, f + ".offset"),
+        nbytes=_check(r[8], int, f + ".nbytes"))
+
+
+def _decode_kernel(r, i):
+    f = f"kernels[{i}]"
+    r = _row(r, 4, f)
+    return PlanKernel(name=_check(r[0], str, f + ".name"), exported=_check(r[1], bytes, f + ".exported"),
+                      workspace_bytes=_check(r[2], int, f + ".workspace_bytes"),
+                      pool_args=_ints(r[3], f + ".pool_args"))
+
+
+def _decode_launch(r, i):
+    f = f"launches[{i}]"
+    r = _row(r, 4, f)
+    return Launch(kernel=_check(r[0], int, f + ".kernel"), node=_check(r[1], str, f + ".node"),
+                  reads=_ints(r[2], f + ".reads"), writes=_ints(r[3], f + ".writes"))
+
+
+def decode_payload(payload):
+    try:
+        m = msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=True, **_LIMITS)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+        raise PlanError(f"plan payload is not valid msgpack: {e}") from None
+    _check(m, dict, "payload")
+    consts = []
+    for i, c in enumerate(_get(m, "constants", list)):
+        c = _row(c, 2, f"constants[{i}]")
+        consts.append(PlanConstant(_check(c[0], int, f"constants[{i}].tensor"),
+                                   _check(c[1], bytes, f"constants[{i}].data")))
+    mem = _ints(_row(_get(m, "memory", list), 5, "memory"), "memory")
+    prov = _row(_get(m, "provenance", list), 6, "provenance")
+    for i in range(5):
+        _check(prov[i], str, f"provenance[{i}]")
+    _check(prov[5], list, "provenance.platforms")
+    for i, p in enumerate(prov[5]):
+        _check(p, str, f"provenance.platforms[{i}]")
+    return Plan(
+        launch_mode=_get(m, "launch_mode", str), weights=_get(m, "weights", str),
+        planner=_get(m, "planner", str), alignment=_get(m, "alignment", int),
+        arena_bytes=_get(m, "arena_bytes", int),
+        tensors=tuple(_decode_tensor(r, i) for i, r in enumerate(_get(m, "tensors", list))),
+        constants=tuple(consts),
+        kernels=tuple(_decode_kernel(r, i) for i, r in enumerate(_get(m, "kernels", list))),
+        launches=tuple(_decode_launch(r, i) for i, r in enumerate(_get(m, "launches", list))),
+        inputs=_ints(_get(m, "inputs", list), "inputs"), outputs=_ints(_get(m, "outputs", list), "outputs"),
+        input_kernel=_get(m, "input_kernel", int), output_kernel=_get(m, "output_kernel", int),
+        place_kernel=_get(m, "place_kernel", int),
+        memory=MemoryStats(*mem),
+        provenance=Provenance(prov[0], prov[1], prov[2], prov[3], prov[4], tuple(prov[5])),
+    )
+
+
+def read_header(data):
+    """Check magic, version, header, payload size and digest. Returns (header, payload)."""
+    if len(data) < _PREFIX.size or not data.startswith(MAGIC):
+        raise PlanError("not an aotplan plan (bad magic bytes)")
+    _, version, hlen = _PREFIX.unpack_from(data)
+    if version > MAX_SUPPORTED_VERSION:
+        raise PlanError(f"plan format {version} is newer than this executor "
+                        f"(supports {MIN_SUPPORTED_VERSION}-{MAX_SUPPORTED_VERSION}); upgrade aotplan")
+    if version < MIN_SUPPORTED_VERSION:
+        raise PlanError(f"plan format {version} is older than this executor supports "
+                        f"({MIN_SUPPORTED_VERSION}-{MAX_SUPPORTED_VERSION}); recompile the model")
+    if hlen > MAX_HEADER_BYTES or _PREFIX.size + hlen > len(data):
+        raise PlanError("plan is truncated or corrupt: bad header length")
+    try:
+        header = msgpack.unpackb(data[_PREFIX.size:_PREFIX.size + hlen], raw=False, strict_map_key=True,
+                                 max_str_len=256, max_bin_len=1024, max_array_len=64, max_map_len=64)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+        raise PlanError(f"plan is corrupt: header is not valid msgpack ({e})") from None
+    _check(header, dict, "header")
+    _get(header, "launch_mode", str, "header")
+    size = _get(header, "payload_size", int, "header")
+    digest = _get(header, "payload_sha256", bytes, "header")
+    payload = data[_PREFIX.size + hlen:]
+    if len(payload) != size:
+        raise PlanError(f"plan is truncated or corrupt: payload has {len(payload)} bytes, header says {size}")
+    if hashlib.sha256(payload).digest() != digest:
+        raise PlanError("plan is corrupt: digest mismatch")
+    if header.get("signature") is not None:
+        raise PlanError("plan is signed, and this executor (format 1) does not verify signatures yet")
+    return header, payload
+
+
+def decode(data):
+    header, payload = read_header(bytes(data))
+    plan = decode_payload(payload)
+    if plan.launch_mode != header["launch_mode"]:
+        raise PlanError(f"plan is corrupt: header launch mode {header['launch_mode']!r} "
+                        f"!= payload launch mode {plan.launch_mode!r}")
+    return plan
+
+
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise PlanError(f"cannot read plan {path!r}: {e.strerror}") from None
+    return decode(data)

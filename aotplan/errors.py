@@ -1,0 +1,44 @@
+"""Two kinds of error (ExecuTorch's split).
+
+`AotplanError` and its subclasses are the user's errors: a bad model, a bad plan, a
+bad feed. Each message names the node, tensor or field and the values involved. The
+CLI prints them as one line and exits non-zero.
+
+`InternalError` is a broken invariant of our own code: a bug, never the user's fault.
+"""
+
+
+class AotplanError(Exception):
+    """A user-facing error. `exit_code` is what the CLI exits with."""
+
+    exit_code = 2
+
+
+class ModelError(AotplanError):
+    """model.json (or its weights) is malformed or inconsistent."""
+
+
+class ShapeError(ModelError):
+    """An op's shape or dtype rule rejected its inputs."""
+
+
+class PlanError(AotplanError):
+    """A plan file is unreadable, corrupt, foreign, of an unsupported version, or
+    fails verification."""
+
+
+class FeedError(AotplanError):
+    """Inputs handed to a session do not match the plan."""
+
+
+class LimitError(AotplanError):
+    """Something is bigger than what this format or executor can address."""
+
+
+class InternalError(Exception):
+    """A broken invariant inside aotplan (a bug)."""
+
+
+def internal_assert(cond, msg):
+    if not cond:
+        raise InternalError(msg)

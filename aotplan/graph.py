@@ -1,0 +1,84 @@
+"""The graph IR: frozen records that every compiler pass reads and returns.
+
+A `Graph` is valid once `compiler.passes.validate` has accepted it: names are unique,
+every input of every node is produced exactly once (by a graph input, a constant or
+another node), there is no cycle, and every op is known. Passes never mutate a graph;
+they build a new one with `dataclasses.replace`.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def freeze(value):
+    """JSON-ish attribute value -> hashable, deterministic value (lists -> tuples)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    return value
+
+
+def thaw(value):
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A named tensor's logical dtype and shape (shape: tuple of ints >= 0)."""
+
+    name: str
+    dtype: str
+    shape: tuple
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A weight or inline constant. `data` has the logical dtype and `shape`."""
+
+    name: str
+    dtype: str
+    shape: tuple
+    data: np.ndarray = field(compare=False, repr=False)
+
+    @property
+    def info(self):
+        return TensorInfo(self.name, self.dtype, self.shape)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op application. `attrs` is a sorted tuple of (name, frozen value)."""
+
+    name: str
+    op: str
+    inputs: tuple
+    outputs: tuple
+    attrs: tuple = ()
+
+    def attr(self, key, default=None):
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+    @property
+    def attr_dict(self):
+        return dict(self.attrs)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A model: inputs (with shapes), output names, nodes, constants."""
+
+    name: str
+    inputs: tuple  # of TensorInfo
+    outputs: tuple  # of str
+    nodes: tuple  # of Node
+    constants: tuple  # of Constant
+
+    def constant_map(self):
+        return {c.name: c for c in self.constants}

@@ -1,0 +1,218 @@
+"""model.json, version 1: read and write.
+
+    {
+      "format": "aotplan.model", "version": 1, "name": "cnn",
+      "inputs":  [{"name": "x", "dtype": "float32", "shape": [1, 3, 32, 32]}],
+      "outputs": ["logits"],
+      "weights": {"file": "weights.npz",
+                  "tensors": [{"name": "conv1.w", "dtype": "float32", "shape": [16, 3, 3, 3]}]},
+      "constants": [{"name": "axes", "dtype": "int64", "shape": [1], "value": [1]}],
+      "nodes": [{"name": "conv1", "op": "conv2d", "inputs": ["x", "conv1.w"],
+                 "outputs": ["h1"], "attrs": {"pads": [1, 1, 1, 1]}}]
+    }
+
+Weights live in a sidecar `.npz` (path relative to model.json), read with
+`allow_pickle=False`. Every weight's dtype is declared in model.json: `.npz` cannot
+hold bfloat16, so a weight may be stored as raw bits of the same width (bfloat16 as
+uint16, bool as uint8) and is viewed as its declared dtype on load. Small constants
+may be inline (`value`, a nested list or scalar).
+"""
+
+import hashlib
+import json
+import os
+import zipfile
+
+import numpy as np
+
+from aotplan import dtypes
+from aotplan.errors import ModelError
+from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze, thaw
+
+FORMAT_NAME = "aotplan.model"
+FORMAT_VERSION = 1
+
+
+def _req(obj, key, kind, where):
+    if not isinstance(obj, dict):
+        raise ModelError(f"{where}: expected an object, got {type(obj).__name__}")
+    if key not in obj:
+        raise ModelError(f"{where}: missing field {key!r}")
+    val = obj[key]
+    if not isinstance(val, kind) or isinstance(val, bool) and kind is not bool:
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ModelError(f"{where}.{key}: expected {names}, got {type(val).__name__}")
+    return val
+
+
+def _shape(value, where):
+    if not isinstance(value, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
+    ):
+        raise ModelError(f"{where}: shape must be a list of non-negative integers, got {value!r}")
+    return tuple(value)
+
+
+def _name(value, where):
+    if not isinstance(value, str) or not value:
+        raise ModelError(f"{where}: expected a non-empty name string, got {value!r}")
+    return value
+
+
+def _load_npz(path, where):
+    if not os.path.isfile(path):
+        raise ModelError(f"{where}: weights file {path!r} not found")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        raise ModelError(f"{where}: cannot read weights file {path!r}: {e}") from None
+
+
+def _as_declared(arr, dtype, shape, where):
+    """View a stored weight as its declared dtype (raw bits of the same width allowed)."""
+    want = dtypes.np_dtype(dtype)
+    if tuple(arr.shape) != shape:
+        raise ModelError(f"{where}: stored shape {tuple(arr.shape)} != declared {shape}")
+    if arr.dtype == want:
+        return arr
+    if arr.dtype.kind in "uiV" and arr.dtype.itemsize == want.itemsize and dtype in ("bfloat16", "float16", "bool"):
+        out = np.ascontiguousarray(arr).view(want)
+        if dtype == "bool" and np.any(out.view(np.uint8) > 1):
+            raise ModelError(f"{where}: bool weight holds values other than 0 and 1")
+        return out
+    raise ModelError(f"{where}: stored dtype {arr.dtype} does not match declared dtype {dtype}")
+
+
+def _inline(value, dtype, shape, where):
+    try:
+        arr = np.asarray(value, dtype=np.float64 if dtype in dtypes.FLOAT_DTYPES else None)
+        arr = arr.astype(dtypes.np_dtype(dtype))
+    except (ValueError, TypeError, OverflowError) as e:
+        raise ModelError(f"{where}: bad inline value: {e}") from None
+    if tuple(arr.shape) != shape:
+        raise ModelError(f"{where}: inline value has shape {tuple(arr.shape)}, declared {shape}")
+    return arr
+
+
+def parse(doc, base_dir):
+    """A parsed model.json document -> Graph (structure only; `validate` checks the rest)."""
+    where = "model.json"
+    if not isinstance(doc, dict):
+        raise ModelError(f"{where}: top level must be an object")
+    if doc.get("format") != FORMAT_NAME:
+        raise ModelError(f"{where}.format: expected {FORMAT_NAME!r}, got {doc.get('format')!r}")
+    version = doc.get("version")
+    if version != FORMAT_VERSION:
+        raise ModelError(f"{where}.version: version {version!r} is not supported (supported: {FORMAT_VERSION})")
+    name = doc.get("name", "model")
+    if not isinstance(name, str):
+        raise ModelError(f"{where}.name: expected a string")
+
+    inputs = []
+    for i, t in enumerate(_req(doc, "inputs", list, where)):
+        w = f"inputs[{i}]"
+        n = _name(_req(t, "name", str, w), w + ".name")
+        inputs.append(TensorInfo(n, dtypes.check_dtype(t.get("dtype"), f"input {n!r}"),
+                                 _shape(_req(t, "shape", list, w), f"input {n!r}")))
+    outputs = []
+    for i, o in enumerate(_req(doc, "outputs", list, where)):
+        outputs.append(_name(o, f"outputs[{i}]"))
+
+    constants = []
+    weights = doc.get("weights")
+    if weights is not None:
+        wfile = _req(weights, "file", str, "weights")
+        stored = _load_npz(os.path.join(base_dir, wfile), "weights.file")
+        for i, t in enumerate(_req(weights, "tensors", list, "weights")):
+            w = f"weights.tensors[{i}]"
+            n = _name(_req(t, "name", str, w), w + ".name")
+            dt = dtypes.check_dtype(t.get("dtype"), f"weight {n!r}")
+            shape = _shape(_req(t, "shape", list, w), f"weight {n!r}")
+            if n not in stored:
+                raise ModelError(f"weight {n!r}: not found in weights file {wfile!r}")
+            constants.append(Constant(n, dt, shape, _as_declared(stored[n], dt, shape, f"weight {n!r}")))
+    for i, t in enumerate(doc.get("constants", [])):
+        w = f"constants[{i}]"
+        n = _name(_req(t, "name", str, w), w + ".name")
+        dt = dtypes.check_dtype(t.get("dtype"), f"constant {n!r}")
+        shape = _shape(_req(t, "shape", list, w), f"constant {n!r}")
+        if "value" not in t:
+            raise ModelError(f"constant {n!r}: missing field 'value'")
+        constants.append(Constant(n, dt, shape, _inline(t["value"], dt, shape, f"constant {n!r}")))
+
+    nodes = []
+    for i, nd in enumerate(_req(doc, "nodes", list, where)):
+        w = f"nodes[{i}]"
+        n = _name(_req(nd, "name", str, w), w + ".name")
+        op = _name(_req(nd, "op", str, f"node {n!r}"), f"node {n!r}.op")
+        ins = tuple(_name(x, f"node {n!r}.inputs") for x in _req(nd, "inputs", list, f"node {n!r}"))
+        outs = tuple(_name(x, f"node {n!r}.outputs") for x in _req(nd, "outputs", list, f"node {n!r}"))
+        attrs = nd.get("attrs", {})
+        if not isinstance(attrs, dict):
+            raise ModelError(f"node {n!r}.attrs: expected an object")
+        nodes.append(Node(n, op, ins, outs, freeze(attrs)))
+    return Graph(name, tuple(inputs), tuple(outputs), tuple(nodes), tuple(constants))
+
+
+def load(path):
+    """Read model.json (and its weights) -> (Graph, model digest hex)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ModelError(f"cannot read model {path!r}: {e.strerror}") from None
+    try:
+        doc = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelError(f"{path}: not valid JSON: {e}") from None
+    graph = parse(doc, os.path.dirname(os.path.abspath(path)))
+    return graph, graph_digest(graph)
+
+
+def graph_digest(graph):
+    """sha256 over the graph's structure and constant bytes (independent of file paths)."""
+    h = hashlib.sha256()
+    h.update(repr((graph.name, graph.inputs, graph.outputs, graph.nodes)).encode())
+    for c in sorted(graph.constants, key=lambda c: c.name):
+        h.update(repr((c.name, c.dtype, c.shape)).encode())
+        h.update(np.ascontiguousarray(c.data).tobytes())
+    return h.hexdigest()
+
+
+def to_doc(graph, weights_file="weights.npz", inline_max=16):
+    """Graph -> (model.json document, {name: array to store in the npz})."""
+    stored, wt, inline = {}, [], []
+    for c in graph.constants:
+        if c.data.size <= inline_max and c.dtype != "bfloat16":
+            inline.append({"name": c.name, "dtype": c.dtype, "shape": list(c.shape), "value": c.data.tolist()})
+        else:
+            wt.append({"name": c.name, "dtype": c.dtype, "shape": list(c.shape)})
+            stored[c.name] = c.data.view(np.uint16) if c.dtype == "bfloat16" else c.data
+    doc = {
+        "format": FORMAT_NAME, "version": FORMAT_VERSION, "name": graph.name,
+        "inputs": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in graph.inputs],
+        "outputs": list(graph.outputs),
+        "nodes": [{"name": n.name, "op": n.op, "inputs": list(n.inputs), "outputs": list(n.outputs),
+                   "attrs": {k: thaw(v) for k, v in n.attrs}} for n in graph.nodes],
+    }
+    if wt:
+        doc["weights"] = {"file": weights_file, "tensors": wt}
+    if inline:
+        doc["constants"] = inline
+    return doc, stored
+
+
+def save(graph, path, weights_file="weights.npz"):
+    """Write model.json and its weights beside it (each atomically)."""
+    from aotplan.fileio import atomic_write
+
+    doc, stored = to_doc(graph, weights_file)
+    base = os.path.dirname(os.path.abspath(path))
+    if stored:
+        import io
+
+        buf = io.BytesIO()
+        np.savez(buf, **stored)
+        atomic_write(os.path.join(base, weights_file), buf.getvalue())
+    atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode())

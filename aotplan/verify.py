@@ -1,0 +1,139 @@
+"""The plan verifier: a plan is untrusted input.
+
+Run by the compiler after planning and by the executor on every load. Checks types'
+ranges and every reference between fields, recomputes each tensor's bytes from its
+dtype and shape, derives lifetimes from the launches (it does not trust the planner),
+and sweeps them for two tensors that share bytes while both are live.
+"""
+
+from aotplan import dtypes, formats, intervals
+from aotplan.errors import LimitError, PlanError
+from aotplan.plan import LAUNCH_MODES, TENSOR_KINDS, WEIGHT_PLACEMENTS
+
+
+def _fail(msg):
+    raise PlanError(f"plan fails verification: {msg}")
+
+
+def _index(i, n, field):
+    if not 0 <= i < n:
+        _fail(f"{field} = {i} is out of range (0..{n - 1})")
+    return i
+
+
+def verify(plan):
+    if plan.launch_mode not in LAUNCH_MODES:
+        _fail(f"launch mode {plan.launch_mode!r} is not supported (supported: {', '.join(LAUNCH_MODES)})")
+    if plan.weights not in WEIGHT_PLACEMENTS:
+        _fail(f"weights placement {plan.weights!r} is unknown")
+    a = plan.alignment
+    if a < formats.ALIGNMENT or a & (a - 1):
+        _fail(f"alignment {a} must be a power of two >= {formats.ALIGNMENT}")
+    if plan.arena_bytes < 0 or plan.arena_bytes % formats.WORD_BYTES:
+        _fail(f"arena_bytes {plan.arena_bytes} must be a non-negative multiple of {formats.WORD_BYTES}")
+    try:
+        formats.check_arena_bytes(plan.arena_bytes)
+    except LimitError as e:
+        _fail(str(e))
+    if plan.memory.arena_bytes != plan.arena_bytes:
+        _fail(f"memory.arena_bytes {plan.memory.arena_bytes} != arena_bytes {plan.arena_bytes}")
+
+    n = len(plan.tensors)
+    names = set()
+    for i, t in enumerate(plan.tensors):
+        w = f"tensor {t.name!r}"
+        if t.name in names:
+            _fail(f"duplicate tensor name {t.name!r}")
+        names.add(t.name)
+        if t.kind not in TENSOR_KINDS:
+            _fail(f"{w}: unknown kind {t.kind!r}")
+        if t.dtype not in dtypes.DTYPES:
+            _fail(f"{w}: unknown dtype {t.dtype!r}")
+        if t.format not in formats.FORMATS:
+            _fail(f"{w}: unknown format {t.format!r}")
+        if any(d < 0 or d > 2**31 - 1 for d in t.shape):
+            _fail(f"{w}: bad shape {t.shape}")
+        if t.device_shape != formats.device_shape(t.shape, t.format):
+            _fail(f"{w}: device shape {t.device_shape} does not follow from shape {t.shape} in format {t.format}")
+        want = formats.nbytes(t.shape, t.dtype, t.format)
+        if t.nbytes != want:
+            _fail(f"{w}: nbytes {t.nbytes} != {want} for {t.dtype}{list(t.shape)}")
+        if t.storage == "arena":
+            if t.offset < 0 or t.offset % a:
+                _fail(f"{w}: offset {t.offset} is not a non-negative multiple of the alignment {a}")
+            if t.offset + t.nbytes > plan.arena_bytes:
+                _fail(f"{w}: bytes [{t.offset}, {t.offset + t.nbytes}) exceed the arena ({plan.arena_bytes} bytes)")
+        elif t.storage == "pool":
+            if t.kind != "constant" or t.offset != -1:
+                _fail(f"{w}: only constants live in the pool, with offset -1")
+        else:
+            _fail(f"{w}: unknown storage {t.storage!r}")
+
+    seen = set()
+    for i, c in enumerate(plan.constants):
+        _index(c.tensor, n, f"constants[{i}].tensor")
+        t = plan.tensors[c.tensor]
+        if t.kind != "constant" or c.tensor in seen:
+            _fail(f"constants[{i}] refers to {t.name!r}, which is not a constant or already has data")
+        if len(c.data) != t.nbytes:
+            _fail(f"constant {t.name!r}: {len(c.data)} bytes of data, tensor needs {t.nbytes}")
+        seen.add(c.tensor)
+    for i, t in enumerate(plan.tensors):
+        if t.kind == "constant" and i not in seen:
+            _fail(f"constant {t.name!r} has no data")
+
+    nk = len(plan.kernels)
+    for i, k in enumerate(plan.kernels):
+        if k.workspace_bytes < 0:
+            _fail(f"kernel {k.name!r}: negative workspace")
+        for j in k.pool_args:
+            _index(j, n, f"kernel {k.name!r} pool argument")
+            if plan.tensors[j].storage != "pool":
+                _fail(f"kernel {k.name!r}: pool argument {plan.tensors[j].name!r} is not a pool constant")
+    _index(plan.input_kernel, nk, "input_kernel")
+    _index(plan.output_kernel, nk, "output_kernel")
+    arena_consts = [i for i, t in enumerate(plan.tensors) if t.kind == "constant" and t.storage == "arena"]
+    if arena_consts or plan.place_kernel != -1:
+        _index(plan.place_kernel, nk, "place_kernel")
+
+    for field, kind in (("inputs", "input"), ("outputs", "output")):
+        listed = getattr(plan, field)
+        for j in listed:
+            _index(j, n, field)
+            if plan.tensors[j].kind != kind:
+                _fail(f"{field} lists {plan.tensors[j].name!r}, whose kind is {plan.tensors[j].kind!r}")
+        if sorted(listed) != [i for i, t in enumerate(plan.tensors) if t.kind == kind] or len(set(listed)) != len(listed):
+            _fail(f"{field} must list every {kind} tensor exactly once")
+
+    written = set()
+    steps = []
+    for s, l in enumerate(plan.launches):
+        w = f"launch {s} ({l.node!r})"
+        _index(l.kernel, nk, f"{w} kernel")
+        for j in l.reads:
+            _index(j, n, f"{w} read")
+            t = plan.tensors[j]
+            if t.kind in ("intermediate", "output") and j not in written:
+                _fail(f"{w} reads {t.name!r} before any launch writes it")
+        for j in l.writes:
+            _index(j, n, f"{w} write")
+            t = plan.tensors[j]
+            if t.kind in ("input", "constant") or t.storage != "arena":
+                _fail(f"{w} writes {t.name!r}, a {t.kind}")
+            if j in written:
+                _fail(f"{w} writes {t.name!r}, which an earlier launch already wrote")
+            written.add(j)
+        steps.append((l.reads, l.writes))
+    for i, t in enumerate(plan.tensors):
+        if t.kind == "output" and i not in written:
+            _fail(f"output {t.name!r} is never written")
+
+    kinds = [t.kind if t.storage == "arena" else None for t in plan.tensors]
+    ivs = intervals.compute(kinds, [t.nbytes for t in plan.tensors], steps, len(steps), a)
+    clash = intervals.find_overlap(ivs, [plan.tensors[iv.tensor].offset for iv in ivs])
+    if clash:
+        x, y = (plan.tensors[iv.tensor] for iv in clash)
+        _fail(f"tensors {x.name!r} (bytes {x.offset}..{x.offset + x.nbytes}, steps {clash[0].first}..{clash[0].last}) "
+              f"and {y.name!r} (bytes {y.offset}..{y.offset + y.nbytes}, steps {clash[1].first}..{clash[1].last}) "
+              f"overlap while both are live")
+    return plan

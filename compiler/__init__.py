@@ -1,0 +1,1 @@
+"""The aotplan compiler: model.json -> plan. See `compiler.pipeline`."""

@@ -1,0 +1,56 @@
+"""Typed views of a uint32-word arena inside kernels.
+
+`read` slices a tensor's words and bitcasts them to its storage dtype; `write` bitcasts
+a value to words and `dynamic_update_slice`s it in. Offsets are static word indices
+(int32 in the program). For 1- and 2-byte dtypes the tail of the last word is zero
+padding, written with the tensor. bool is stored as one byte, 0 or 1.
+"""
+
+import math
+
+import jax.numpy as jnp
+from jax import lax
+
+from aotplan import dtypes, formats
+
+
+def jnp_dtype(storage):
+    return jnp.dtype(dtypes.np_dtype(storage))
+
+
+def read(arena, byte_offset, dtype, shape):
+    storage = dtypes.storage_dtype(dtype)
+    n = math.prod(shape)
+    isz = dtypes.itemsize(dtype)
+    if n == 0:
+        return jnp.zeros(shape, jnp_dtype(storage))
+    off = byte_offset // formats.WORD_BYTES
+    w = lax.slice(arena, (off,), (off + formats.words(n * isz),))
+    if isz == 4:
+        flat = lax.bitcast_convert_type(w, jnp_dtype(storage))
+    elif isz == 2:
+        flat = lax.bitcast_convert_type(lax.bitcast_convert_type(w, jnp.uint16).reshape(-1)[:n], jnp_dtype(storage))
+    else:
+        u8 = lax.bitcast_convert_type(w, jnp.uint8).reshape(-1)[:n]
+        flat = u8 != 0 if storage == "bool" else lax.bitcast_convert_type(u8, jnp_dtype(storage))
+    return flat.reshape(shape)
+
+
+def to_words(value, dtype):
+    isz = dtypes.itemsize(dtype)
+    flat = value.reshape(-1)
+    if dtypes.storage_dtype(dtype) == "bool":
+        flat = flat.astype(jnp.uint8)
+    if isz == 4:
+        return lax.bitcast_convert_type(flat, jnp.uint32)
+    k = formats.WORD_BYTES // isz
+    pad = (-flat.shape[0]) % k
+    if pad:
+        flat = jnp.concatenate([flat, jnp.zeros((pad,), flat.dtype)])
+    return lax.bitcast_convert_type(flat.reshape(-1, k), jnp.uint32)
+
+
+def write(arena, byte_offset, dtype, value):
+    if value.size == 0:
+        return arena
+    return lax.dynamic_update_slice(arena, to_words(value, dtype), (byte_offset // formats.WORD_BYTES,))

@@ -1,0 +1,5 @@
+"""The op library: one registry; each op declares its shape/dtype rule and its JAX
+lowering. Importing this package registers every op."""
+
+from compiler.ops.registry import OPS, OpDef, get, register  # noqa: F401
+from compiler.ops import elementwise, nn, shape_ops  # noqa: F401  (registration)

@@ -1,0 +1,88 @@
+"""Elementwise ops: numpy broadcasting, one dtype per op."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from aotplan import dtypes
+from compiler.ops.registry import fail, fmt, register, require_float, same_dtype
+
+
+def _broadcast(node, ins):
+    try:
+        return tuple(np.broadcast_shapes(*(t.shape for t in ins)))
+    except ValueError:
+        fail(node, "cannot broadcast " + " with ".join(fmt(t) for t in ins))
+
+
+def _binary_infer(node, ins):
+    dt = same_dtype(node, ins)
+    if dt == "bool":
+        fail(node, f"arithmetic on bool input {fmt(ins[0])} is not supported")
+    return [(dt, _broadcast(node, ins))]
+
+
+def _div(node, a, b):
+    if jnp.issubdtype(a.dtype, jnp.integer):
+        # C/ONNX semantics: integer division truncates toward zero.
+        shape = jnp.broadcast_shapes(a.shape, b.shape)
+        return (lax.div(jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)),)
+    return (a / b,)
+
+
+register("add", (2, 2))((_binary_infer, lambda node, a, b: (a + b,)))
+register("sub", (2, 2))((_binary_infer, lambda node, a, b: (a - b,)))
+register("mul", (2, 2))((_binary_infer, lambda node, a, b: (a * b,)))
+register("div", (2, 2))((_binary_infer, _div))
+
+
+def _float_unary_infer(node, ins):
+    require_float(node, ins[0])
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+def _numeric_unary_infer(node, ins):
+    if ins[0].dtype == "bool":
+        fail(node, f"input {fmt(ins[0])} must be numeric")
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+def _unary(fn):
+    return lambda node, x: (fn(x).astype(x.dtype),)
+
+
+def _gelu(node, x):
+    approx = node.attr("approximate", "none")
+    xf = x.astype(jnp.float32)
+    if approx == "tanh":
+        y = 0.5 * xf * (1.0 + jnp.tanh(math.sqrt(2.0 / math.pi) * (xf + 0.044715 * xf ** 3)))
+    else:
+        y = 0.5 * xf * (1.0 + lax.erf(xf / math.sqrt(2.0)))
+    return (y.astype(x.dtype),)
+
+
+def _gelu_infer(node, ins):
+    if node.attr("approximate", "none") not in ("none", "tanh"):
+        fail(node, f"attribute 'approximate' must be 'none' or 'tanh', got {node.attr('approximate')!r}")
+    return _float_unary_infer(node, ins)
+
+
+register("relu", (1, 1))((_numeric_unary_infer, lambda node, x: (jnp.maximum(x, jnp.zeros((), x.dtype)),)))
+register("sigmoid", (1, 1))((_float_unary_infer, _unary(jax.nn.sigmoid)))
+register("tanh", (1, 1))((_float_unary_infer, _unary(jnp.tanh)))
+register("erf", (1, 1))((_float_unary_infer, _unary(lax.erf)))
+register("exp", (1, 1))((_float_unary_infer, _unary(jnp.exp)))
+register("sqrt", (1, 1))((_float_unary_infer, _unary(jnp.sqrt)))
+register("gelu", (1, 1))((_gelu_infer, _gelu))
+
+
+def _identity_infer(node, ins):
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+register("identity", (1, 1))((_identity_infer, lambda node, x: (x,)))
+
+__all__ = ["dtypes"]

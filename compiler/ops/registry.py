@@ -1,0 +1,88 @@
+"""The op registry.
+
+An `OpDef` has:
+- `infer(node, ins) -> [(dtype, shape), ...]`: `ins` are the inputs' TensorInfo; it
+  raises `ShapeError` naming the node and the shapes when the inputs do not fit.
+- `lower(node, *arrays) -> tuple of arrays`: the computation in jax.numpy / lax on
+  logical arrays (int64 arrives as int32: see aotplan.dtypes).
+- `arity`: (min, max) number of inputs; `n_outputs`.
+"""
+
+from dataclasses import dataclass
+
+from aotplan import dtypes
+from aotplan.errors import ShapeError
+
+OPS = {}
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    infer: object
+    lower: object
+    arity: tuple
+    n_outputs: int = 1
+
+
+def register(name, arity, n_outputs=1):
+    def deco(cls_or_pair):
+        infer, lower = cls_or_pair
+        OPS[name] = OpDef(name, infer, lower, arity, n_outputs)
+        return cls_or_pair
+    return deco
+
+
+def get(name):
+    return OPS.get(name)
+
+
+def fail(node, msg):
+    raise ShapeError(f"node {node.name!r} ({node.op}): {msg}")
+
+
+def fmt(info):
+    return f"{info.name!r} {info.dtype}{list(info.shape)}"
+
+
+def same_dtype(node, ins):
+    dts = {t.dtype for t in ins}
+    if len(dts) > 1:
+        fail(node, "inputs must share one dtype, got " + ", ".join(fmt(t) for t in ins))
+    return ins[0].dtype
+
+
+def require_float(node, t):
+    if t.dtype not in dtypes.FLOAT_DTYPES:
+        fail(node, f"input {fmt(t)} must be a float type ({', '.join(dtypes.FLOAT_DTYPES)})")
+
+
+def norm_axis(node, axis, rank, what="axis"):
+    if not isinstance(axis, int) or not -rank <= axis < max(rank, 1):
+        fail(node, f"{what} {axis!r} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def int_list(node, key, n=None, default=None, minimum=None):
+    v = node.attr(key, default)
+    if not isinstance(v, tuple) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        fail(node, f"attribute {key!r} must be a list of integers, got {v!r}")
+    if n is not None and len(v) != n:
+        fail(node, f"attribute {key!r} must have {n} entries, got {list(v)}")
+    if minimum is not None and any(x < minimum for x in v):
+        fail(node, f"attribute {key!r} entries must be >= {minimum}, got {list(v)}")
+    return v
+
+
+def int_attr(node, key, default):
+    v = node.attr(key, default)
+    if not isinstance(v, int) or isinstance(v, bool):
+        fail(node, f"attribute {key!r} must be an integer, got {v!r}")
+    return v
+
+
+def float_attr(node, key, default):
+    v = node.attr(key, default)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        fail(node, f"attribute {key!r} must be a number, got {v!r}")
+    return float(v)

@@ -1,0 +1,87 @@
+"""Data-movement ops: reshape, flatten, transpose, concat."""
+
+import math
+
+import jax.numpy as jnp
+
+from compiler.ops.registry import fail, fmt, int_attr, int_list, norm_axis, register
+
+
+def _reshape_target(node, shape):
+    """ONNX rules: 0 copies the input's dimension, one -1 is inferred."""
+    spec = int_list(node, "shape", minimum=-1)
+    out = []
+    for i, d in enumerate(spec):
+        if d == 0:
+            if i >= len(shape):
+                fail(node, f"shape {list(spec)}: 0 at position {i} has no input dimension to copy")
+            out.append(shape[i])
+        else:
+            out.append(d)
+    total = math.prod(shape)
+    if out.count(-1) > 1:
+        fail(node, f"shape {list(spec)} has more than one -1")
+    if -1 in out:
+        known = math.prod(d for d in out if d != -1)
+        if known == 0 or total % known:
+            fail(node, f"cannot reshape {list(shape)} ({total} elements) to {list(spec)}")
+        out[out.index(-1)] = total // known
+    if math.prod(out) != total:
+        fail(node, f"cannot reshape {list(shape)} ({total} elements) to {list(spec)}")
+    return tuple(out)
+
+
+register("reshape", (1, 1))((
+    lambda node, ins: [(ins[0].dtype, _reshape_target(node, ins[0].shape))],
+    lambda node, x: (x.reshape(_reshape_target(node, x.shape)),)))
+
+
+def _flatten_shape(node, shape):
+    r = len(shape)
+    axis = int_attr(node, "axis", 1)
+    if not -r <= axis <= r:
+        fail(node, f"axis {axis} is out of range for rank {r}")
+    if axis < 0:
+        axis += r
+    return (math.prod(shape[:axis]), math.prod(shape[axis:]))
+
+
+register("flatten", (1, 1))((
+    lambda node, ins: [(ins[0].dtype, _flatten_shape(node, ins[0].shape))],
+    lambda node, x: (x.reshape(_flatten_shape(node, x.shape)),)))
+
+
+def _perm(node, rank):
+    perm = node.attr("perm")
+    if perm is None:
+        return tuple(range(rank - 1, -1, -1))
+    perm = int_list(node, "perm")
+    if sorted(perm) != list(range(rank)):
+        fail(node, f"perm {list(perm)} is not a permutation of 0..{rank - 1}")
+    return perm
+
+
+def _transpose_infer(node, ins):
+    x = ins[0]
+    return [(x.dtype, tuple(x.shape[i] for i in _perm(node, len(x.shape))))]
+
+
+register("transpose", (1, 1))((_transpose_infer, lambda node, x: (jnp.transpose(x, _perm(node, x.ndim)),)))
+
+
+def _concat_infer(node, ins):
+    dts = {t.dtype for t in ins}
+    if len(dts) > 1:
+        fail(node, "inputs must share one dtype, got " + ", ".join(fmt(t) for t in ins))
+    r = len(ins[0].shape)
+    axis = norm_axis(node, int_attr(node, "axis", 0), r)
+    for t in ins[1:]:
+        if len(t.shape) != r or any(a != b for i, (a, b) in enumerate(zip(t.shape, ins[0].shape)) if i != axis):
+            fail(node, f"inputs differ outside axis {axis}: " + ", ".join(fmt(t) for t in ins))
+    out = list(ins[0].shape)
+    out[axis] = sum(t.shape[axis] for t in ins)
+    return [(ins[0].dtype, tuple(out))]
+
+
+register("concat", (1, 1 << 16))((_concat_infer, lambda node, *xs: (
+    jnp.concatenate(xs, axis=node.attr("axis", 0)),)))

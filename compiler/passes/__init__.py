@@ -1,0 +1,1 @@
+"""Compiler passes: each module has one public `run(...)`, frozen data in and out."""

@@ -1,0 +1,42 @@
+"""emit: the decisions of every pass -> a `Plan` record (the codec makes the bytes)."""
+
+import jax
+import jaxlib
+import numpy as np
+
+import aotplan
+from aotplan import dtypes, formats
+from aotplan.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanTensor, Provenance
+
+
+def run(graph, digest, liveness, mem, lowered, weights, launch_mode="kernel"):
+    kernels, launches, in_k, out_k, place_k, platforms = lowered
+    recs, idx = liveness.tensors, liveness.index()
+    tensors = tuple(
+        PlanTensor(t.name, t.kind, t.dtype, t.shape, "default", formats.device_shape(t.shape), t.storage,
+                   mem.offsets.get(i, -1) if t.storage == "arena" else -1, t.nbytes)
+        for i, t in enumerate(recs))
+    cmap = graph.constant_map()
+    constants = tuple(
+        PlanConstant(i, _le_bytes(dtypes.to_storage(cmap[t.name].data, t.dtype, f"constant {t.name!r}")))
+        for i, t in enumerate(recs) if t.kind == "constant")
+    pool_bytes = sum(t.nbytes for t in recs if t.storage == "pool")
+    memory = MemoryStats(mem.arena_bytes, mem.lower_bound_bytes, mem.naive_bytes, pool_bytes,
+                         max((k.workspace_bytes for k in kernels), default=0))
+    return Plan(
+        launch_mode=launch_mode, weights=weights, planner=mem.planner, alignment=formats.ALIGNMENT,
+        arena_bytes=mem.arena_bytes, tensors=tensors, constants=constants,
+        kernels=tuple(PlanKernel(k.name, k.exported, k.workspace_bytes, k.pool_args) for k in kernels),
+        launches=tuple(Launch(k, node, *liveness.steps[s]) for s, (k, node) in enumerate(launches)),
+        inputs=tuple(i for i, t in enumerate(recs) if t.kind == "input"),
+        outputs=tuple(idx[o] for o in graph.outputs),
+        input_kernel=in_k, output_kernel=out_k, place_kernel=place_k, memory=memory,
+        provenance=Provenance(graph.name, digest, aotplan.__version__, jax.__version__, jaxlib.__version__,
+                              platforms))
+
+
+def _le_bytes(a):
+    a = np.ascontiguousarray(a)
+    if a.dtype.byteorder == ">":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    return a.tobytes()

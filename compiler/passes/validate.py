@@ -1,0 +1,103 @@
+"""validate: structural checks of a Graph, before any shape is known.
+
+Rejects (naming the node or tensor): unknown ops, wrong input counts, duplicate node or
+tensor names, inputs nobody produces, outputs nobody produces, cycles. Returns the
+graph with one change: a graph output that is a graph input or a constant gets an
+`identity` node, so that every output is written by a launch.
+"""
+
+import dataclasses
+
+from aotplan.errors import ModelError
+from aotplan.graph import Node
+from compiler import ops
+
+
+def run(graph):
+    if not graph.outputs:
+        raise ModelError("model has no outputs")
+    if len(set(graph.outputs)) != len(graph.outputs):
+        dup = next(o for o in graph.outputs if graph.outputs.count(o) > 1)
+        raise ModelError(f"output {dup!r} is listed twice")
+    producer = {}
+    for t in graph.inputs:
+        if t.name in producer:
+            raise ModelError(f"input {t.name!r} is declared twice")
+        producer[t.name] = "graph input"
+    for c in graph.constants:
+        if c.name in producer:
+            raise ModelError(f"constant {c.name!r} clashes with the {producer[c.name]} of the same name")
+        producer[c.name] = "constant"
+    node_names = set()
+    for n in graph.nodes:
+        if n.name in node_names:
+            raise ModelError(f"node name {n.name!r} is used twice")
+        node_names.add(n.name)
+        op = ops.get(n.op)
+        if op is None:
+            raise ModelError(f"node {n.name!r}: unknown op {n.op!r} (known: {', '.join(sorted(ops.OPS))})")
+        lo, hi = op.arity
+        if not lo <= len(n.inputs) <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            raise ModelError(f"node {n.name!r} ({n.op}): takes {want} inputs, got {len(n.inputs)}")
+        if len(n.outputs) != op.n_outputs:
+            raise ModelError(f"node {n.name!r} ({n.op}): has {op.n_outputs} output(s), got {len(n.outputs)}")
+        for o in n.outputs:
+            if o in producer:
+                raise ModelError(f"node {n.name!r}: output {o!r} is already produced by {producer[o]}")
+            producer[o] = f"node {n.name!r}"
+    for n in graph.nodes:
+        for i in n.inputs:
+            if i not in producer:
+                raise ModelError(f"node {n.name!r}: input {i!r} is not a graph input, constant or node output")
+    for o in graph.outputs:
+        if o not in producer:
+            raise ModelError(f"output {o!r} is not produced by any node, input or constant")
+    _check_acyclic(graph)
+
+    extra, outputs = [], []
+    for o in graph.outputs:
+        if producer[o] in ("graph input", "constant"):
+            name = _fresh(f"{o}.out", producer, node_names)
+            producer[name] = "identity"
+            node_names.add(name)
+            extra.append(Node(name, "identity", (o,), (name,)))
+            outputs.append(name)
+        else:
+            outputs.append(o)
+    if extra:
+        return dataclasses.replace(graph, nodes=graph.nodes + tuple(extra), outputs=tuple(outputs))
+    return graph
+
+
+def _fresh(base, *taken):
+    name, k = base, 1
+    while any(name in t for t in taken):
+        name, k = f"{base}{k}", k + 1
+    return name
+
+
+def _check_acyclic(graph):
+    made_by = {o: n for n in graph.nodes for o in n.outputs}
+    state = {}  # node name -> 1 visiting, 2 done
+    for start in graph.nodes:
+        if state.get(start.name):
+            continue
+        stack = [(start, iter(start.inputs))]
+        state[start.name] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node.name] = 2
+                stack.pop()
+                continue
+            dep = made_by.get(nxt)
+            if dep is None or state.get(dep.name) == 2:
+                continue
+            if state.get(dep.name) == 1:
+                cycle = [n.name for n, _ in stack]
+                cycle = cycle[cycle.index(dep.name):] + [dep.name]
+                raise ModelError(f"graph has a cycle: {' -> '.join(repr(c) for c in cycle)}")
+            state[dep.name] = 1
+            stack.append((dep, iter(dep.inputs)))

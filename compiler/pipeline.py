@@ -1,0 +1,61 @@
+"""The compiler's ordered list of passes: model -> Plan.
+
+    validate -> schedule -> infer -> liveness -> plan_memory -> lower -> emit -> verify
+"""
+
+import time
+from dataclasses import dataclass
+
+from aotplan import debug, model_json, verify
+from aotplan.plan import WEIGHT_PLACEMENTS
+from aotplan.errors import ModelError
+from compiler.passes import emit, infer, liveness, lower, plan_memory, schedule, validate
+
+DEFAULT_PLANNER = "greedy_by_size"
+DEFAULT_WEIGHTS = "pool"
+
+
+@dataclass(frozen=True)
+class Options:
+    planner: str = DEFAULT_PLANNER
+    weights: str = DEFAULT_WEIGHTS  # "pool" | "arena" (see docs/design.md, "Weights")
+
+
+@dataclass(frozen=True)
+class Result:
+    plan: object
+    seconds: float
+    n_nodes: int
+
+
+def compile_graph(graph, digest, options=Options(), progress=None, on_start=None):
+    """Graph -> Result. `on_start(n_kernels)` and `progress(n)` drive a progress bar."""
+    if options.weights not in WEIGHT_PLACEMENTS:
+        raise ModelError(f"unknown weights placement {options.weights!r} (choose from {', '.join(WEIGHT_PLACEMENTS)})")
+    t0 = time.perf_counter()
+    graph = validate.run(graph)
+    debug.log(1, f"validate: {len(graph.nodes)} nodes, {len(graph.inputs)} inputs, {len(graph.constants)} constants")
+    order = schedule.run(graph)
+    info = infer.run(graph, order)
+    debug.log(1, f"infer: {len(info)} tensors")
+    live = liveness.run(graph, order, info, options.weights)
+    mem = plan_memory.run(live, options.planner)
+    debug.log(1, f"plan_memory[{mem.planner}]: arena {mem.arena_bytes} B, lower bound {mem.lower_bound_bytes} B, "
+                 f"naive {mem.naive_bytes} B")
+    if debug.level() >= 2:
+        for iv in live.intervals:
+            t = live.tensors[iv.tensor]
+            debug.log(2, f"  {t.name:30s} {t.kind:12s} steps {iv.first:4d}..{iv.last:<4d} "
+                         f"bytes {mem.offsets[iv.tensor]:>10d}+{t.nbytes}")
+    if on_start:
+        on_start(len(order))
+    lowered = lower.run(order, live, mem, graph.outputs, progress)
+    debug.log(1, f"lower: {len(lowered[0])} kernels")
+    plan = emit.run(graph, digest, live, mem, lowered, options.weights)
+    verify.verify(plan)
+    return Result(plan, time.perf_counter() - t0, len(order))
+
+
+def compile_file(path, options=Options(), progress=None, on_start=None):
+    graph, digest = model_json.load(path)
+    return compile_graph(graph, digest, options, progress, on_start)

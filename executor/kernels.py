@@ -1,0 +1,43 @@
+"""Kernel loading: exported StableHLO -> an XLA executable for this host.
+
+`jax.export.deserialize` reads the plan's bytes (no pickle); the program is then
+compiled ahead of the first step, with the arena argument donated where the kernel
+writes it, so every call updates the arena in place.
+"""
+
+import jax
+import numpy as np
+
+from aotplan import dtypes
+from aotplan.errors import PlanError
+
+
+def load_kernel(k, donate):
+    try:
+        exp = jax.export.deserialize(bytearray(k.exported))
+    except Exception as e:  # a corrupt blob can fail in many layers of flatbuffers/MLIR
+        raise PlanError(f"kernel {k.name!r}: cannot deserialize its exported program: {e}") from None
+    return exp
+
+
+def check_signature(name, exp, want):
+    """`want`: list of (shape, storage dtype name) the plan says the kernel takes."""
+    got = [(tuple(a.shape), np.dtype(a.dtype)) for a in exp.in_avals]
+    expect = [(tuple(s), np.dtype(np.uint32) if d == "uint32" else dtypes.np_dtype(d)) for s, d in want]
+    if got != expect:
+        raise PlanError(f"kernel {name!r}: takes {_fmt(got)}, the plan's tensors say {_fmt(expect)}")
+
+
+def _fmt(sig):
+    return "(" + ", ".join(f"{d}{list(s)}" for s, d in sig) + ")"
+
+
+def compile_kernel(name, exp, donate, platform):
+    if platform not in exp.platforms:
+        raise PlanError(f"kernel {name!r} was exported for {', '.join(exp.platforms)}; this host runs {platform}: "
+                        f"recompile the model for this platform")
+    fn = jax.jit(exp.call, donate_argnums=0) if donate else jax.jit(exp.call)
+    try:
+        return fn.lower(*exp.in_avals).compile()
+    except Exception as e:
+        raise PlanError(f"kernel {name!r}: XLA could not compile it on this host: {e}") from None
