@@ -215,4 +215,20 @@ def save(graph, path, weights_file="weights.npz"):
         buf = io.BytesIO()
         np.savez(buf, **stored)
         atomic_write(os.path.join(base, weights_file), buf.getvalue())
-    atomic_write(path, (json.dumps(doc, indent=1) + "\n").encode())
+    atomic_write(path, dumps(doc).encode())
+
+
+def dumps(doc):
+    """model.json text: one line per input, weight, constant and node (diff-friendly)."""
+    parts = []
+    for key, val in doc.items():
+        if isinstance(val, list) and val and isinstance(val[0], dict):
+            body = ",\n".join("    " + json.dumps(v) for v in val)
+            parts.append(f'  {json.dumps(key)}: [\n{body}\n  ]')
+        elif isinstance(val, dict) and isinstance(val.get("tensors"), list):
+            body = ",\n".join("      " + json.dumps(v) for v in val["tensors"])
+            rest = "".join(f"{json.dumps(k)}: {json.dumps(v)}, " for k, v in val.items() if k != "tensors")
+            parts.append(f'  {json.dumps(key)}: {{{rest}"tensors": [\n{body}\n  ]}}')
+        else:
+            parts.append(f"  {json.dumps(key)}: {json.dumps(val)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
