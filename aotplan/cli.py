@@ -209,7 +209,7 @@ def plan_summary(plan, path):
                        "aotplan_version": p.aotplan_version, "jax_version": p.jax_version,
                        "jaxlib_version": p.jaxlib_version, "platforms": list(p.platforms)},
         "inputs": [plan.tensors[i].name for i in plan.inputs],
-        "outputs": [plan.tensors[i].name for i in plan.outputs],
+        "outputs": list(plan.output_names),
         "tensors": [{"name": t.name, "kind": t.kind, "dtype": t.dtype, "shape": list(t.shape), "format": t.format,
                      "device_shape": list(t.device_shape), "storage": t.storage, "offset": t.offset,
                      "nbytes": t.nbytes} for t in plan.tensors],

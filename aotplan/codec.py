@@ -66,6 +66,7 @@ def encode_payload(plan):
         "launches": [_launch(l) for l in plan.launches],
         "inputs": list(plan.inputs),
         "outputs": list(plan.outputs),
+        "output_names": list(plan.output_names),
         "input_kernel": plan.input_kernel,
         "output_kernel": plan.output_kernel,
         "place_kernel": plan.place_kernel,
@@ -110,6 +111,12 @@ def _ints(value, field):
     _check(value, list, field)
     for i, v in enumerate(value):
         _check(v, int, f"{field}[{i}]")
+    return tuple(value)
+
+
+def _strs(value, field):
+    for i, v in enumerate(value):
+        _check(v, str, f"{field}[{i}]")
     return tuple(value)
 
 
@@ -173,6 +180,7 @@ def decode_payload(payload):
         kernels=tuple(_decode_kernel(r, i) for i, r in enumerate(_get(m, "kernels", list))),
         launches=tuple(_decode_launch(r, i) for i, r in enumerate(_get(m, "launches", list))),
         inputs=_ints(_get(m, "inputs", list), "inputs"), outputs=_ints(_get(m, "outputs", list), "outputs"),
+        output_names=_strs(_get(m, "output_names", list), "output_names"),
         input_kernel=_get(m, "input_kernel", int), output_kernel=_get(m, "output_kernel", int),
         place_kernel=_get(m, "place_kernel", int),
         memory=MemoryStats(*mem),

@@ -103,6 +103,8 @@ class Plan:
     launches: tuple
     inputs: tuple
     outputs: tuple
+    output_names: tuple  # the model's names for `outputs` (an output that is a graph
+    # input or constant is copied to its own tensor, so its tensor name differs)
     input_kernel: int
     output_kernel: int
     place_kernel: int  # -1: no arena-resident constants

@@ -105,6 +105,9 @@ def verify(plan):
         if sorted(listed) != [i for i, t in enumerate(plan.tensors) if t.kind == kind] or len(set(listed)) != len(listed):
             _fail(f"{field} must list every {kind} tensor exactly once")
 
+    if len(plan.output_names) != len(plan.outputs) or len(set(plan.output_names)) != len(plan.output_names):
+        _fail("output_names must name each output once")
+
     written = set()
     steps = []
     for s, l in enumerate(plan.launches):

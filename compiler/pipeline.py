@@ -33,6 +33,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     if options.weights not in WEIGHT_PLACEMENTS:
         raise ModelError(f"unknown weights placement {options.weights!r} (choose from {', '.join(WEIGHT_PLACEMENTS)})")
     t0 = time.perf_counter()
+    output_names = graph.outputs
     graph = validate.run(graph)
     debug.log(1, f"validate: {len(graph.nodes)} nodes, {len(graph.inputs)} inputs, {len(graph.constants)} constants")
     order = schedule.run(graph)
@@ -51,7 +52,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
         on_start(len(order))
     lowered = lower.run(order, live, mem, graph.outputs, progress)
     debug.log(1, f"lower: {len(lowered[0])} kernels")
-    plan = emit.run(graph, digest, live, mem, lowered, options.weights)
+    plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights)
     verify.verify(plan)
     return Result(plan, time.perf_counter() - t0, len(order))
 

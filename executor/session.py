@@ -37,6 +37,7 @@ class Session:
         T = plan.tensors
         self._inputs = [T[i] for i in plan.inputs]
         self._outputs = [T[i] for i in plan.outputs]
+        self._output_names = list(plan.output_names)
         words = plan.arena_bytes // formats.WORD_BYTES
         arena_sig = [((words,), "uint32")]
         sig = lambda idx: [(T[i].shape, dtypes.storage_dtype(T[i].dtype)) for i in idx]  # noqa: E731
@@ -82,7 +83,7 @@ class Session:
 
     @property
     def output_specs(self):
-        return [(t.name, t.dtype, t.shape) for t in self._outputs]
+        return [(n, t.dtype, t.shape) for n, t in zip(self._output_names, self._outputs)]
 
     @property
     def memory(self):
@@ -120,4 +121,4 @@ class Session:
             arena = kernel(arena, *consts)
         self._arena = arena
         outs = self._out_kernel(arena)
-        return {t.name: dtypes.from_storage(o, t.dtype) for t, o in zip(self._outputs, outs)}
+        return {n: dtypes.from_storage(o, t.dtype) for n, t, o in zip(self._output_names, self._outputs, outs)}

@@ -9,7 +9,7 @@ from aotplan import dtypes, formats
 from aotplan.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanTensor, Provenance
 
 
-def run(graph, digest, liveness, mem, lowered, weights, launch_mode="kernel"):
+def run(graph, output_names, digest, liveness, mem, lowered, weights, launch_mode="kernel"):
     kernels, launches, in_k, out_k, place_k, platforms = lowered
     recs, idx = liveness.tensors, liveness.index()
     tensors = tuple(
@@ -30,6 +30,7 @@ def run(graph, digest, liveness, mem, lowered, weights, launch_mode="kernel"):
         launches=tuple(Launch(k, node, *liveness.steps[s]) for s, (k, node) in enumerate(launches)),
         inputs=tuple(i for i, t in enumerate(recs) if t.kind == "input"),
         outputs=tuple(idx[o] for o in graph.outputs),
+        output_names=tuple(output_names),
         input_kernel=in_k, output_kernel=out_k, place_kernel=place_k, memory=memory,
         provenance=Provenance(graph.name, digest, aotplan.__version__, jax.__version__, jaxlib.__version__,
                               platforms))
