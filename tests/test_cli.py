@@ -1,0 +1,132 @@
+"""The CLI end to end (click's CliRunner), and bad model.json files -> one clear error."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from aotplan.cli import main
+from conftest import EXAMPLES
+
+
+@pytest.fixture(scope="module")
+def mlp_plan(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    out = str(d / "mlp.plan")
+    r = CliRunner().invoke(main, ["compile", os.path.join(EXAMPLES, "mlp", "model.json"), "-o", out])
+    assert r.exit_code == 0, r.output
+    assert "arena" in r.output and "lower bound" in r.output and "compile time" in r.output
+    return out
+
+
+def test_replay_random_inputs(mlp_plan, tmp_path):
+    out = str(tmp_path / "o.npz")
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--seed", "3", "--steps", "4", "--output", out])
+    assert r.exit_code == 0, r.output
+    assert "output probs: float32[4, 10]" in r.output and "median" in r.output
+    with np.load(out) as z:
+        probs = z["probs"]
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_replay_input_file_matches_session(examples, mlp_plan, tmp_path):
+    x = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = str(tmp_path / "o.npz")
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={tmp_path / 'x.npy'}", "--steps", "1", "--output", out])
+    assert r.exit_code == 0, r.output
+    with np.load(out) as z:
+        np.testing.assert_array_equal(z["probs"], examples["mlp"][2].run({"x": x})["probs"])
+
+
+def test_replay_errors(mlp_plan, tmp_path):
+    r = CliRunner().invoke(main, ["replay", mlp_plan])
+    assert r.exit_code == 2 and "no value for input 'x'" in r.output and "Traceback" not in r.output
+    np.save(tmp_path / "bad.npy", np.zeros((3, 64), np.float32))
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={tmp_path / 'bad.npy'}"])
+    assert r.exit_code == 2 and "input 'x': expected float32[4, 64], got float32[3, 64]" in r.output
+    r = CliRunner().invoke(main, ["replay", str(tmp_path / "missing.plan")])
+    assert r.exit_code == 2 and "cannot read plan" in r.output
+    (tmp_path / "junk.plan").write_bytes(b"hello")
+    r = CliRunner().invoke(main, ["replay", str(tmp_path / "junk.plan")])
+    assert r.exit_code == 2 and "not an aotplan plan" in r.output and "Traceback" not in r.output
+
+
+def test_inspect(mlp_plan):
+    r = CliRunner().invoke(main, ["inspect", mlp_plan])
+    assert r.exit_code == 0, r.output
+    assert "launch mode kernel" in r.output and "fc1.w" in r.output and "lower bound" in r.output
+    r = CliRunner().invoke(main, ["inspect", mlp_plan, "--json"])
+    s = json.loads(r.output)
+    assert s["memory"]["arena_bytes"] > 0 and s["outputs"] == ["probs"] and len(s["launches"]) == 6
+
+
+def test_help_explains():
+    r = CliRunner().invoke(main, ["--help"])
+    assert r.exit_code == 0 and "compile" in r.output and "replay" in r.output and "inspect" in r.output
+    r = CliRunner().invoke(main, ["compile", "--help"])
+    assert "--planner" in r.output and "--weights" in r.output
+
+
+# ---------------------------------------------------------------- bad models
+
+def _model(tmp_path, mutate):
+    src = os.path.join(EXAMPLES, "mlp")
+    with open(os.path.join(src, "model.json")) as f:
+        doc = json.load(f)
+    shutil.copy(os.path.join(src, "weights.npz"), tmp_path / "weights.npz")
+    mutate(doc)
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def _node(doc, name):
+    return next(n for n in doc["nodes"] if n["name"] == name)
+
+
+BAD_MODELS = {
+    "unknown op": (lambda d: _node(d, "relu1").update(op="swish"), r"node 'relu1': unknown op 'swish'"),
+    "dangling input": (lambda d: _node(d, "fc2")["inputs"].__setitem__(0, "nope"),
+                       r"node 'fc2': input 'nope' is not a graph input"),
+    "cycle": (lambda d: _node(d, "fc1")["inputs"].__setitem__(0, "tanh2"), r"cycle: 'fc1' -> .*'fc1'"),
+    "shape mismatch": (lambda d: d["inputs"][0].update(shape=[4, 63]),
+                       r"node 'fc1' \(gemm\): contraction mismatch: A 'x' float32\[4, 63\]"),
+    "bad dtype": (lambda d: d["inputs"][0].update(dtype="float128"), r"input 'x': unsupported dtype 'float128'"),
+    "missing weights": (lambda d: d["weights"].update(file="gone.npz"), r"weights file .*gone.npz.* not found"),
+    "missing weight": (lambda d: d["weights"]["tensors"].append({"name": "extra", "dtype": "float32", "shape": [1]}),
+                       r"weight 'extra': not found in weights file"),
+    "weight dtype": (lambda d: d["weights"]["tensors"][0].update(dtype="int32"),
+                     r"weight 'fc1.w': stored dtype float32 does not match declared dtype int32"),
+    "duplicate node": (lambda d: _node(d, "fc2").update(name="fc1"), r"node name 'fc1' is used twice"),
+    "bad attr": (lambda d: _node(d, "probs")["attrs"].update(axis=5), r"node 'probs' \(softmax\): axis 5 is out of range"),
+    "missing field": (lambda d: _node(d, "fc1").pop("op"), r"node 'fc1': missing field 'op'"),
+    "wrong version": (lambda d: d.update(version=9), r"model.json.version: version 9 is not supported"),
+    "no outputs": (lambda d: d.update(outputs=[]), r"model has no outputs"),
+    "arity": (lambda d: _node(d, "relu1")["inputs"].append("x"), r"node 'relu1' \(relu\): takes 1 inputs, got 2"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_MODELS))
+def test_bad_model_one_clear_error(tmp_path, case):
+    mutate, pattern = BAD_MODELS[case]
+    path = _model(tmp_path, mutate)
+    out = tmp_path / "out.plan"
+    r = CliRunner().invoke(main, ["compile", path, "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    lines = [l for l in r.output.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1, r.output
+    import re
+    assert re.search(pattern, lines[0]), lines[0]
+    assert not out.exists()
+
+
+def test_not_json(tmp_path):
+    p = tmp_path / "model.json"
+    p.write_text("{nope")
+    r = CliRunner().invoke(main, ["compile", str(p)])
+    assert r.exit_code == 2 and "not valid JSON" in r.output
