@@ -156,7 +156,7 @@ def _decode_launch(r, i):
 def decode_payload(payload):
     try:
         m = msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=True, **_LIMITS)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+    except Exception as e:  # msgpack raises ValueError, TypeError, UnicodeDecodeError, ...
         raise PlanError(f"plan payload is not valid msgpack: {e}") from None
     _check(m, dict, "payload")
     consts = []
@@ -204,7 +204,7 @@ def read_header(data):
     try:
         header = msgpack.unpackb(data[_PREFIX.size:_PREFIX.size + hlen], raw=False, strict_map_key=True,
                                  max_str_len=256, max_bin_len=1024, max_array_len=64, max_map_len=64)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+    except Exception as e:
         raise PlanError(f"plan is corrupt: header is not valid msgpack ({e})") from None
     _check(header, dict, "header")
     _get(header, "launch_mode", str, "header")

@@ -106,6 +106,8 @@ BAD_MODELS = {
     "missing field": (lambda d: _node(d, "fc1").pop("op"), r"node 'fc1': missing field 'op'"),
     "wrong version": (lambda d: d.update(version=9), r"model.json.version: version 9 is not supported"),
     "no outputs": (lambda d: d.update(outputs=[]), r"model has no outputs"),
+    "unknown attribute": (lambda d: _node(d, "probs")["attrs"].update(axes=1),
+                          r"node 'probs' \(softmax\): unknown attribute 'axes' \(accepted: axis\)"),
     "arity": (lambda d: _node(d, "relu1")["inputs"].append("x"), r"node 'relu1' \(relu\): takes 1 inputs, got 2"),
 }
 

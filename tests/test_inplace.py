@@ -46,3 +46,16 @@ def test_workspace_far_below_arena(examples):
     for k in plan.kernels:
         assert k.workspace_bytes < plan.arena_bytes / 4, (k.name, k.workspace_bytes, plan.arena_bytes)
     assert plan.memory.max_workspace_bytes == max(k.workspace_bytes for k in plan.kernels) > 0
+
+
+def test_arena_is_words_and_offsets_aligned(examples):
+    """Decision: the arena is uint32 words (a uint8 arena makes XLA assemble floats from
+    bytes) and every arena tensor starts on a 64-byte boundary."""
+    import jax.export
+
+    for _, plan, _ in examples.values():
+        assert plan.alignment >= 64
+        assert all(t.offset % 64 == 0 for t in plan.tensors if t.storage == "arena")
+        for k in plan.kernels:
+            arena = jax.export.deserialize(bytearray(k.exported)).in_avals[0]
+            assert str(arena.dtype) == "uint32" and arena.shape == (plan.arena_bytes // 4,), k.name

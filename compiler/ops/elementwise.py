@@ -76,7 +76,7 @@ register("tanh", (1, 1))((_float_unary_infer, _unary(jnp.tanh)))
 register("erf", (1, 1))((_float_unary_infer, _unary(lax.erf)))
 register("exp", (1, 1))((_float_unary_infer, _unary(jnp.exp)))
 register("sqrt", (1, 1))((_float_unary_infer, _unary(jnp.sqrt)))
-register("gelu", (1, 1))((_gelu_infer, _gelu))
+register("gelu", (1, 1), ('approximate',))((_gelu_infer, _gelu))
 
 
 def _identity_infer(node, ins):

@@ -82,7 +82,7 @@ def _gemm(node, a, b, c=None):
     return (y,)
 
 
-register("gemm", (2, 3))((_gemm_infer, _gemm))
+register("gemm", (2, 3), ('trans_a', 'trans_b', 'alpha', 'beta'))((_gemm_infer, _gemm))
 
 
 # ---------------------------------------------------------------- softmax / norms
@@ -93,7 +93,7 @@ def _softmax_infer(node, ins):
     return [(ins[0].dtype, ins[0].shape)]
 
 
-register("softmax", (1, 1))((_softmax_infer, lambda node, x: (
+register("softmax", (1, 1), ('axis',))((_softmax_infer, lambda node, x: (
     jax.nn.softmax(_f32(x), axis=node.attr("axis", -1)).astype(x.dtype),)))
 
 
@@ -125,7 +125,7 @@ def _layernorm(node, x, scale, bias=None):
     return (y.astype(x.dtype),)
 
 
-register("layernorm", (2, 3))((_layernorm_infer, _layernorm))
+register("layernorm", (2, 3), ('axis', 'epsilon'))((_layernorm_infer, _layernorm))
 
 
 def _batchnorm_infer(node, ins):
@@ -148,7 +148,7 @@ def _batchnorm(node, x, scale, bias, mean, var):
     return (y.astype(x.dtype),)
 
 
-register("batchnorm", (5, 5))((_batchnorm_infer, _batchnorm))
+register("batchnorm", (5, 5), ('epsilon',))((_batchnorm_infer, _batchnorm))
 
 
 # ---------------------------------------------------------------- conv / pooling
@@ -192,7 +192,7 @@ def _conv(node, x, w, b=None):
     return (y,)
 
 
-register("conv2d", (2, 3))((_conv_infer, _conv))
+register("conv2d", (2, 3), ('strides', 'pads', 'dilations', 'group'))((_conv_infer, _conv))
 
 
 def _pool_infer(node, ins, float_only):
@@ -236,8 +236,8 @@ def _avgpool(node, x):
     return ((total / count).astype(x.dtype),)
 
 
-register("maxpool", (1, 1))((lambda node, ins: _pool_infer(node, ins, False), _maxpool))
-register("avgpool", (1, 1))((lambda node, ins: _pool_infer(node, ins, True), _avgpool))
+register("maxpool", (1, 1), ('kernel_shape', 'strides', 'pads'))((lambda node, ins: _pool_infer(node, ins, False), _maxpool))
+register("avgpool", (1, 1), ('kernel_shape', 'strides', 'pads', 'count_include_pad'))((lambda node, ins: _pool_infer(node, ins, True), _avgpool))
 
 
 def _gap_infer(node, ins):

@@ -6,6 +6,8 @@ An `OpDef` has:
 - `lower(node, *arrays) -> tuple of arrays`: the computation in jax.numpy / lax on
   logical arrays (int64 arrives as int32: see aotplan.dtypes).
 - `arity`: (min, max) number of inputs; `n_outputs`.
+- `attrs`: the attribute names it accepts. Any other is an error naming the node: a
+  typo ("stride") must never silently fall back to a default.
 """
 
 from dataclasses import dataclass
@@ -22,15 +24,17 @@ class OpDef:
     infer: object
     lower: object
     arity: tuple
+    attrs: tuple = ()
     n_outputs: int = 1
 
 
-def register(name, arity, n_outputs=1):
-    def deco(cls_or_pair):
-        infer, lower = cls_or_pair
-        OPS[name] = OpDef(name, infer, lower, arity, n_outputs)
-        return cls_or_pair
-    return deco
+def register(name, arity, attrs=(), n_outputs=1):
+    """`register(name, arity, attrs)((infer, lower))` adds an op to the registry."""
+    def add(pair):
+        infer, lower = pair
+        OPS[name] = OpDef(name, infer, lower, arity, tuple(attrs), n_outputs)
+        return pair
+    return add
 
 
 def get(name):

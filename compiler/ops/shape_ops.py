@@ -31,7 +31,7 @@ def _reshape_target(node, shape):
     return tuple(out)
 
 
-register("reshape", (1, 1))((
+register("reshape", (1, 1), ('shape',))((
     lambda node, ins: [(ins[0].dtype, _reshape_target(node, ins[0].shape))],
     lambda node, x: (x.reshape(_reshape_target(node, x.shape)),)))
 
@@ -46,7 +46,7 @@ def _flatten_shape(node, shape):
     return (math.prod(shape[:axis]), math.prod(shape[axis:]))
 
 
-register("flatten", (1, 1))((
+register("flatten", (1, 1), ('axis',))((
     lambda node, ins: [(ins[0].dtype, _flatten_shape(node, ins[0].shape))],
     lambda node, x: (x.reshape(_flatten_shape(node, x.shape)),)))
 
@@ -66,7 +66,7 @@ def _transpose_infer(node, ins):
     return [(x.dtype, tuple(x.shape[i] for i in _perm(node, len(x.shape))))]
 
 
-register("transpose", (1, 1))((_transpose_infer, lambda node, x: (jnp.transpose(x, _perm(node, x.ndim)),)))
+register("transpose", (1, 1), ('perm',))((_transpose_infer, lambda node, x: (jnp.transpose(x, _perm(node, x.ndim)),)))
 
 
 def _concat_infer(node, ins):
@@ -83,5 +83,5 @@ def _concat_infer(node, ins):
     return [(ins[0].dtype, tuple(out))]
 
 
-register("concat", (1, 1 << 16))((_concat_infer, lambda node, *xs: (
+register("concat", (1, 1 << 16), ('axis',))((_concat_infer, lambda node, *xs: (
     jnp.concatenate(xs, axis=node.attr("axis", 0)),)))

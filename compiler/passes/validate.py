@@ -1,6 +1,6 @@
 """validate: structural checks of a Graph, before any shape is known.
 
-Rejects (naming the node or tensor): unknown ops, wrong input counts, duplicate node or
+Rejects (naming the node or tensor): unknown ops and attributes, wrong input counts, duplicate node or
 tensor names, inputs nobody produces, outputs nobody produces, cycles. Returns the
 graph with one change: a graph output that is a graph input or a constant gets an
 `identity` node, so that every output is written by a launch.
@@ -40,6 +40,10 @@ def run(graph):
         if not lo <= len(n.inputs) <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
             raise ModelError(f"node {n.name!r} ({n.op}): takes {want} inputs, got {len(n.inputs)}")
+        unknown = sorted(k for k, _ in n.attrs if k not in op.attrs)
+        if unknown:
+            accepted = ", ".join(op.attrs) if op.attrs else "none"
+            raise ModelError(f"node {n.name!r} ({n.op}): unknown attribute {unknown[0]!r} (accepted: {accepted})")
         if len(n.outputs) != op.n_outputs:
             raise ModelError(f"node {n.name!r} ({n.op}): has {op.n_outputs} output(s), got {len(n.outputs)}")
         for o in n.outputs:
