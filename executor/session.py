@@ -17,9 +17,9 @@ from aotplan.errors import FeedError
 from executor.kernels import check_signature, compile_kernel, load_kernel
 
 
-def load(path, device=None):
-    """Read, verify and load a plan file -> Session."""
-    return Session(codec.read(path), device=device)
+def load(path, device=None, warmup=True):
+    """Read, verify and load a plan file -> Session (see `Session` for `warmup`)."""
+    return Session(codec.read(path), device=device, warmup=warmup)
 
 
 def _host_platform(device):
@@ -28,7 +28,11 @@ def _host_platform(device):
 
 
 class Session:
-    def __init__(self, plan, device=None):
+    """`warmup`: run one step on zero inputs while loading. The first launch of some XLA
+    kernels (convolutions on CPU) pays a one-time runtime set-up of tens of ms; an
+    inference host wants that in load time, not in its first request."""
+
+    def __init__(self, plan, device=None, warmup=True):
         t0 = time.perf_counter()
         verify.verify(plan)
         self.plan = plan
@@ -73,6 +77,9 @@ class Session:
             consts = [jax.device_put(host_const(i), self.device) for i in arena_consts]
             self._arena = self._kernels[plan.place_kernel](self._arena, *consts)
             del consts
+        if warmup:
+            zeros = {t.name: np.zeros(t.shape, dtypes.np_dtype(t.dtype)) for t in self._inputs}
+            jax.block_until_ready(self.run(zeros))
         self._arena.block_until_ready()
         self.load_seconds = time.perf_counter() - t0
 
