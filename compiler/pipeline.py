@@ -1,6 +1,8 @@
 """The compiler's ordered list of passes: model -> Plan.
 
-    validate -> schedule -> infer -> liveness -> plan_memory -> lower -> emit -> verify
+    validate -> fold -> validate -> schedule -> infer      (prepare: shared with the
+                                                           reference evaluator)
+    -> liveness -> plan_memory -> lower -> emit -> verify
 """
 
 import time
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 from aotplan import debug, model_json, verify
 from aotplan.plan import WEIGHT_PLACEMENTS
 from aotplan.errors import ModelError
-from compiler.passes import emit, infer, liveness, lower, plan_memory, schedule, validate
+from compiler.passes import emit, fold, infer, liveness, lower, plan_memory, schedule, validate
 
 DEFAULT_PLANNER = "greedy_by_size"
 DEFAULT_WEIGHTS = "pool"
@@ -19,6 +21,7 @@ DEFAULT_WEIGHTS = "pool"
 class Options:
     planner: str = DEFAULT_PLANNER
     weights: str = DEFAULT_WEIGHTS  # "pool" | "arena" (see docs/design.md, "Weights")
+    fold_constants: bool = True
 
 
 @dataclass(frozen=True)
@@ -28,17 +31,26 @@ class Result:
     n_nodes: int
 
 
+def prepare(graph, options=Options()):
+    """The front half, shared with `compiler.reference`: -> (graph, order, info)."""
+    graph = validate.run(graph)
+    debug.log(1, f"validate: {len(graph.nodes)} nodes, {len(graph.inputs)} inputs, {len(graph.constants)} constants")
+    graph, stats = fold.run(graph, options.fold_constants)
+    debug.log(1, f"fold: {stats.bound} static inputs bound, {stats.folded} nodes folded into constants")
+    graph = validate.run(graph)  # a folded output is now a constant: give it its copy
+    order = schedule.run(graph)
+    info = infer.run(graph, order)
+    debug.log(1, f"infer: {len(info)} tensors")
+    return graph, order, info
+
+
 def compile_graph(graph, digest, options=Options(), progress=None, on_start=None):
     """Graph -> Result. `on_start(n_kernels)` and `progress(n)` drive a progress bar."""
     if options.weights not in WEIGHT_PLACEMENTS:
         raise ModelError(f"unknown weights placement {options.weights!r} (choose from {', '.join(WEIGHT_PLACEMENTS)})")
     t0 = time.perf_counter()
     output_names = graph.outputs
-    graph = validate.run(graph)
-    debug.log(1, f"validate: {len(graph.nodes)} nodes, {len(graph.inputs)} inputs, {len(graph.constants)} constants")
-    order = schedule.run(graph)
-    info = infer.run(graph, order)
-    debug.log(1, f"infer: {len(info)} tensors")
+    graph, order, info = prepare(graph, options)
     live = liveness.run(graph, order, info, options.weights)
     mem = plan_memory.run(live, options.planner)
     debug.log(1, f"plan_memory[{mem.planner}]: arena {mem.arena_bytes} B, lower bound {mem.lower_bound_bytes} B, "

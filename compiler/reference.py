@@ -9,16 +9,15 @@ import numpy as np
 
 from aotplan import dtypes
 from compiler import ops
-from compiler.passes import infer, schedule, validate
 
 
-def make_function(graph):
+def make_function(graph, options=None):
     """Graph -> (fn, info): fn maps {input: array in storage dtype} to {output: array},
     a pure JAX function (jit it for a whole-model peer)."""
+    from compiler import pipeline
+
     names = graph.outputs
-    graph = validate.run(graph)
-    order = schedule.run(graph)
-    info = infer.run(graph, order)
+    graph, order, info = pipeline.prepare(graph, options or pipeline.Options())
     consts = {c.name: jnp.asarray(dtypes.to_storage(c.data, c.dtype, c.name)) for c in graph.constants}
 
     def fn(feeds):
@@ -31,8 +30,8 @@ def make_function(graph):
     return fn, {n: info[o] for n, o in zip(names, graph.outputs)}
 
 
-def evaluate(graph, feeds):
+def evaluate(graph, feeds, options=None):
     """{input: numpy array (logical dtype)} -> {output: numpy array (logical dtype)}."""
-    fn, out_info = make_function(graph)
+    fn, out_info = make_function(graph, options)
     args = {t.name: jnp.asarray(dtypes.to_storage(feeds[t.name], t.dtype, t.name)) for t in graph.inputs}
     return {o: dtypes.from_storage(np.asarray(v), out_info[o].dtype) for o, v in fn(args).items()}

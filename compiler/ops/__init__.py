@@ -2,4 +2,4 @@
 lowering. Importing this package registers every op."""
 
 from compiler.ops.registry import OPS, OpDef, get, register  # noqa: F401
-from compiler.ops import elementwise, nn, shape_ops  # noqa: F401  (registration)
+from compiler.ops import data_ops, elementwise, math_ops, nn, shape_ops  # noqa: F401  (registration)

@@ -5,9 +5,16 @@ An `OpDef` has:
   raises `ShapeError` naming the node and the shapes when the inputs do not fit.
 - `lower(node, *arrays) -> tuple of arrays`: the computation in jax.numpy / lax on
   logical arrays (int64 arrives as int32: see aotplan.dtypes).
-- `arity`: (min, max) number of inputs; `n_outputs`.
+- `arity`: (min, max) number of *dynamic* inputs; `n_outputs` (None: one or more,
+  as many as the node lists).
 - `attrs`: the attribute names it accepts. Any other is an error naming the node: a
   typo ("stride") must never silently fall back to a default.
+- `static_inputs`: ((position, attr), ...): inputs whose *value* decides shapes (ONNX
+  passes reshape's shape, slice's starts, ... as tensors). `compiler.passes.fold`
+  binds each to its attribute once it is a compile-time constant; `infer` and `lower`
+  only ever see the dynamic inputs and the attributes. "" at a static position means
+  absent (ONNX's convention for an omitted optional input).
+- `foldable`: constant folding may evaluate it at compile time.
 """
 
 from dataclasses import dataclass
@@ -25,14 +32,23 @@ class OpDef:
     lower: object
     arity: tuple
     attrs: tuple = ()
-    n_outputs: int = 1
+    n_outputs: object = 1
+    static_inputs: tuple = ()
+    foldable: bool = True
+    shape_value: object = None  # (node, input infos) -> output values, for ops like `shape`
+
+    @property
+    def static_positions(self):
+        return {p: a for p, a in self.static_inputs}
 
 
-def register(name, arity, attrs=(), n_outputs=1):
+def register(name, arity, attrs=(), n_outputs=1, static_inputs=(), foldable=True, shape_value=None):
     """`register(name, arity, attrs)((infer, lower))` adds an op to the registry."""
     def add(pair):
         infer, lower = pair
-        OPS[name] = OpDef(name, infer, lower, arity, tuple(attrs), n_outputs)
+        all_attrs = tuple(attrs) + tuple(a for _, a in static_inputs if a not in attrs)
+        OPS[name] = OpDef(name, infer, lower, arity, all_attrs, n_outputs, tuple(static_inputs), foldable,
+                          shape_value)
         return pair
     return add
 

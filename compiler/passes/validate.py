@@ -37,21 +37,32 @@ def run(graph):
         if op is None:
             raise ModelError(f"node {n.name!r}: unknown op {n.op!r} (known: {', '.join(sorted(ops.OPS))})")
         lo, hi = op.arity
-        if not lo <= len(n.inputs) <= hi:
+        static = op.static_positions
+        n_dynamic = sum(1 for p, _ in enumerate(n.inputs) if p not in static)
+        if not lo <= n_dynamic <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
-            raise ModelError(f"node {n.name!r} ({n.op}): takes {want} inputs, got {len(n.inputs)}")
+            raise ModelError(f"node {n.name!r} ({n.op}): takes {want} inputs, got {n_dynamic}")
+        for p, i in enumerate(n.inputs):
+            if p in static and i and n.attr(static[p]) is not None:
+                raise ModelError(f"node {n.name!r} ({n.op}): {static[p]!r} is given both as input {i!r} "
+                                 f"and as an attribute")
         unknown = sorted(k for k, _ in n.attrs if k not in op.attrs)
         if unknown:
             accepted = ", ".join(op.attrs) if op.attrs else "none"
             raise ModelError(f"node {n.name!r} ({n.op}): unknown attribute {unknown[0]!r} (accepted: {accepted})")
-        if len(n.outputs) != op.n_outputs:
+        if op.n_outputs is None and not n.outputs:
+            raise ModelError(f"node {n.name!r} ({n.op}): needs at least one output")
+        if op.n_outputs is not None and len(n.outputs) != op.n_outputs:
             raise ModelError(f"node {n.name!r} ({n.op}): has {op.n_outputs} output(s), got {len(n.outputs)}")
         for o in n.outputs:
             if o in producer:
                 raise ModelError(f"node {n.name!r}: output {o!r} is already produced by {producer[o]}")
             producer[o] = f"node {n.name!r}"
     for n in graph.nodes:
-        for i in n.inputs:
+        static = ops.get(n.op).static_positions
+        for p, i in enumerate(n.inputs):
+            if i == "" and p in static:
+                continue  # an omitted optional input
             if i not in producer:
                 raise ModelError(f"node {n.name!r}: input {i!r} is not a graph input, constant or node output")
     for o in graph.outputs:

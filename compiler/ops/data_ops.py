@@ -1,0 +1,1 @@
+"""More data-movement ops (ONNX semantics)."""

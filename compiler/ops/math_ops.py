@@ -1,0 +1,1 @@
+"""More elementwise and reduction ops (ONNX semantics)."""

@@ -1,0 +1,128 @@
+"""fold: bind static inputs and evaluate what is known at compile time.
+
+Walks the nodes in topological order, inferring shapes as it goes:
+1. Static inputs (reshape's shape, slice's starts, ...: see `OpDef.static_inputs`) are
+   bound to their attributes. The tensor must be a constant by then (an initializer,
+   or something folded from constants and shapes), else the error names the node.
+2. `shape` nodes become constants: every shape is static.
+3. With `fold_constants` on, a node whose inputs are all constants is evaluated now and
+   replaced by constants, unless that would store much more than it reads (an expand
+   of a scalar to a large tensor stays a launch). With it off, only the nodes that
+   feed static inputs are evaluated: the plan cannot be built without them.
+
+Evaluation uses the op's own lowering, eagerly, with 64-bit types enabled for the
+duration (ONNX shape arithmetic is int64, and `ends = INT64_MAX` is common).
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from aotplan import dtypes
+from aotplan.errors import ModelError
+from aotplan.graph import Constant, TensorInfo, freeze
+from compiler import ops
+from compiler.passes import infer as infer_pass
+from compiler.passes import schedule
+
+FOLD_MIN_BYTES = 64 * 1024  # a folded result up to this size is always fine to store
+
+
+@dataclasses.dataclass(frozen=True)
+class FoldStats:
+    bound: int  # static inputs bound to attributes
+    folded: int  # nodes replaced by constants
+
+
+def run(graph, fold_constants=True):
+    order = schedule.run(graph)
+    consts = {c.name: c for c in graph.constants}
+    info = {t.name: t for t in graph.inputs}
+    info.update({c.name: c.info for c in graph.constants})
+    needed = _static_closure(graph, order)
+    kept, bound, folded = [], 0, 0
+    for node in order:
+        op = ops.get(node.op)
+        node, nb = _bind(node, op, consts)
+        bound += nb
+        outs = infer_pass.infer_node(node, op, [info[i] for i in node.inputs])
+        for name, (dt, shape) in zip(node.outputs, outs):
+            info[name] = TensorInfo(name, dt, shape)
+        if _should_fold(node, op, outs, consts, needed, fold_constants):
+            values = _evaluate(node, op, [consts.get(i) for i in node.inputs], [info[i] for i in node.inputs], outs)
+            for name, (dt, shape), v in zip(node.outputs, outs, values):
+                consts[name] = Constant(name, dt, shape, v)
+            folded += 1
+        else:
+            kept.append(node)
+    g = dataclasses.replace(graph, nodes=tuple(kept), constants=tuple(consts.values()))
+    return g, FoldStats(bound, folded)
+
+
+def _static_closure(graph, order):
+    """Names of the nodes whose values some static input needs."""
+    made_by = {o: n for n in order for o in n.outputs}
+    want = [n.inputs[p] for n in order for p, _ in ops.get(n.op).static_inputs if p < len(n.inputs) and n.inputs[p]]
+    needed = set()
+    while want:
+        t = want.pop()
+        n = made_by.get(t)
+        if n is not None and n.name not in needed:
+            needed.add(n.name)
+            want.extend(i for i in n.inputs if i)
+    return needed
+
+
+def _bind(node, op, consts):
+    if not op.static_inputs:
+        return node, 0
+    static = op.static_positions
+    attrs, inputs, n = dict(node.attrs), [], 0
+    for p, name in enumerate(node.inputs):
+        if p not in static:
+            inputs.append(name)
+            continue
+        if not name:
+            continue
+        c = consts.get(name)
+        if c is None:
+            raise ModelError(f"node {node.name!r} ({node.op}): input {name!r} ({static[p]}) must be known at compile "
+                             f"time, but it depends on a graph input")
+        attrs[static[p]] = c.data.item() if c.data.ndim == 0 else c.data.tolist()
+        n += 1
+    return dataclasses.replace(node, inputs=tuple(inputs), attrs=freeze(attrs)), n
+
+
+def _should_fold(node, op, outs, consts, needed, fold_constants):
+    if op.shape_value is not None:
+        return True
+    if not op.foldable or not all(i in consts for i in node.inputs):
+        return False
+    if node.name in needed:
+        return True
+    if not fold_constants:
+        return False
+    out_bytes = sum(int(np.prod(s)) * dtypes.np_dtype(d).itemsize for d, s in outs)
+    in_bytes = sum(consts[i].data.nbytes for i in node.inputs)
+    return out_bytes <= max(FOLD_MIN_BYTES, 2 * in_bytes)
+
+
+def _evaluate(node, op, in_consts, in_infos, outs):
+    if op.shape_value is not None:
+        vals = op.shape_value(node, in_infos)
+    else:
+        with _x64():
+            args = [jnp.asarray(c.data) for c in in_consts]
+            vals = [np.asarray(v) for v in op.lower(node, *args)]
+    return [np.ascontiguousarray(np.asarray(v).astype(dtypes.np_dtype(d)).reshape(s)) for v, (d, s) in zip(vals, outs)]
+
+
+def _x64():
+    enable = getattr(jax, "enable_x64", None)
+    if enable is None:  # older jax spells it as a config state
+        from jax._src import config
+
+        enable = config.enable_x64
+    return enable(True)
