@@ -12,6 +12,7 @@ run `replay` and `inspect` without it.
 import functools
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -100,9 +101,9 @@ def compile_cmd(model, output, planner, weights):
             bar["b"].__exit__(None, None, None)
     plan = res.plan
     data = codec.encode(plan)
-    if output is None:
-        stem = os.path.basename(os.path.dirname(os.path.abspath(model))) or "model"
-        output = f"{plan.provenance.model_name or stem}.plan"
+    if output is None:  # <model name>.plan here; the name is the model's data, so keep it tame
+        stem = re.sub(r"[^A-Za-z0-9._-]", "_", plan.provenance.model_name).strip("._") or "model"
+        output = f"{stem}.plan"
     try:
         atomic_write(output, data)
     except OSError as e:
@@ -136,8 +137,27 @@ def _load_npy(spec):
     name, path = spec.split("=", 1)
     try:
         return name, np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except MemoryError:
+        raise FeedError(f"--input {name}: {path!r} declares an array too large to load") from None
+    except Exception as e:  # OSError, ValueError, EOFError, ...: all mean "not a readable .npy"
         raise FeedError(f"--input {name}: cannot read {path!r} as .npy: {e}") from None
+
+
+def _feeds_from_files(specs, session):
+    want = {name: dtype for name, dtype, _ in session.input_specs}
+    feeds = {}
+    for spec in specs:
+        name, a = _load_npy(spec)
+        if name not in want:
+            raise FeedError(f"--input {name}: the plan has no input {name!r} (its inputs: {', '.join(want)})")
+        if name in feeds:
+            raise FeedError(f"--input {name}: given twice")
+        if want[name] == "bfloat16" and a.dtype.itemsize == 2 and a.dtype.kind in "uV":
+            import ml_dtypes  # .npy cannot name bfloat16: accept its raw 16-bit patterns
+
+            a = a.view(ml_dtypes.bfloat16)
+        feeds[name] = a
+    return feeds
 
 
 def _preview(a, n=6):
@@ -151,7 +171,7 @@ def _preview(a, n=6):
 @click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
 @click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="Feed an input from a .npy file.")
 @click.option("--random-inputs", is_flag=True, help="Feed seeded random values to every input not given.")
-@click.option("--seed", default=0, show_default=True, help="Seed for --random-inputs.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for --random-inputs.")
 @click.option("--steps", default=10, show_default=True, type=click.IntRange(min=1), help="Steps to run and time.")
 @click.option("--output", "out_path", type=click.Path(dir_okay=False), help="Write the outputs to an .npz file.")
 @_handle_errors
@@ -160,7 +180,7 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path):
     import executor
 
     session = executor.load(plan_path)
-    feeds = dict(_load_npy(s) for s in inputs)
+    feeds = _feeds_from_files(inputs, session)
     rng = np.random.default_rng(seed)
     for name, dtype, shape in session.input_specs:
         if name not in feeds:
@@ -191,7 +211,10 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path):
         buf = io.BytesIO()
         # .npz cannot hold bfloat16: widen it to float32 (exact).
         np.savez(buf, **{k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in outs.items()})
-        atomic_write(out_path, buf.getvalue())
+        try:
+            atomic_write(out_path, buf.getvalue())
+        except OSError as e:
+            raise AotplanError(f"cannot write outputs to {out_path!r}: {e.strerror}") from None
         click.echo(f"  outputs written to {out_path}")
 
 
@@ -254,5 +277,19 @@ def inspect(plan_path, as_json):
         f"{k['name']} ({k['bytes']} B, ws {k['workspace_bytes']} B)" for k in s["kernels"]))
 
 
+def run():
+    """Console entry point: click's usage errors, too, become one `error:` line."""
+    try:
+        rc = main(standalone_mode=False)
+    except click.exceptions.UsageError as e:
+        where = e.ctx.command_path if e.ctx else "aotplan"
+        click.echo(f"error: {e.format_message()} (see '{where} --help')", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
 if __name__ == "__main__":
-    main()
+    run()

@@ -45,11 +45,24 @@ def _req(obj, key, kind, where):
     return val
 
 
+MAX_DIM = 2**31 - 1
+TOP_KEYS = ("format", "version", "name", "inputs", "outputs", "nodes", "weights", "constants", "metadata")
+NODE_KEYS = ("name", "op", "inputs", "outputs", "attrs")
+TENSOR_KEYS = ("name", "dtype", "shape")
+
+
+def _keys(obj, allowed, where):
+    """Unknown keys are errors: a misspelt "attrs" must not silently mean no attributes."""
+    extra = sorted(k for k in obj if k not in allowed)
+    if extra:
+        raise ModelError(f"{where}: unknown field {extra[0]!r} (allowed: {', '.join(allowed)})")
+
+
 def _shape(value, where):
     if not isinstance(value, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
+        isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM for d in value
     ):
-        raise ModelError(f"{where}: shape must be a list of non-negative integers, got {value!r}")
+        raise ModelError(f"{where}: shape must be a list of integers in [0, {MAX_DIM}], got {value!r}")
     return tuple(value)
 
 
@@ -84,12 +97,47 @@ def _as_declared(arr, dtype, shape, where):
     raise ModelError(f"{where}: stored dtype {arr.dtype} does not match declared dtype {dtype}")
 
 
+def _scalars(value, where):
+    """Flatten a nested list of JSON scalars (checking it is rectangular later)."""
+    if isinstance(value, list):
+        out = []
+        for v in value:
+            out.extend(_scalars(v, where))
+        return out
+    return [value]
+
+
+def _check_scalar(v, dtype, where):
+    if dtype == "bool":
+        if not isinstance(v, bool):
+            raise ModelError(f"{where}: bool values must be true or false, got {v!r}")
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ModelError(f"{where}: {dtype} values must be numbers, got {v!r}")
+    if dtype in dtypes.FLOAT_DTYPES:
+        f = float(v) if abs(v) < 1e308 else float("inf")
+        finfo = np.finfo(dtypes.np_dtype(dtype))
+        if np.isfinite(f) and abs(f) > float(finfo.max):
+            raise ModelError(f"{where}: value {v!r} overflows {dtype} (max {float(finfo.max):g})")
+        return f
+    if not isinstance(v, int):
+        raise ModelError(f"{where}: {dtype} values must be integers, got {v!r}")
+    info = np.iinfo(dtypes.np_dtype(dtype))
+    if not info.min <= v <= info.max:
+        raise ModelError(f"{where}: value {v} is outside the {dtype} range [{info.min}, {info.max}]")
+    return v
+
+
 def _inline(value, dtype, shape, where):
+    flat = [_check_scalar(v, dtype, where) for v in _scalars(value, where)]
     try:
-        arr = np.asarray(value, dtype=np.float64 if dtype in dtypes.FLOAT_DTYPES else None)
-        arr = arr.astype(dtypes.np_dtype(dtype))
-    except (ValueError, TypeError, OverflowError) as e:
-        raise ModelError(f"{where}: bad inline value: {e}") from None
+        nested = np.asarray(value, dtype=object)
+    except ValueError:
+        raise ModelError(f"{where}: inline value is not a rectangular nested list") from None
+    if tuple(nested.shape) != shape or len(flat) != int(np.prod(shape)):
+        raise ModelError(f"{where}: inline value has shape {tuple(nested.shape)}, declared {shape}")
+    arr = np.array(flat, dtype=np.float64 if dtype in dtypes.FLOAT_DTYPES else None).astype(
+        dtypes.np_dtype(dtype)).reshape(shape)
     if tuple(arr.shape) != shape:
         raise ModelError(f"{where}: inline value has shape {tuple(arr.shape)}, declared {shape}")
     return arr
@@ -100,10 +148,11 @@ def parse(doc, base_dir):
     where = "model.json"
     if not isinstance(doc, dict):
         raise ModelError(f"{where}: top level must be an object")
+    _keys(doc, TOP_KEYS, where)
     if doc.get("format") != FORMAT_NAME:
         raise ModelError(f"{where}.format: expected {FORMAT_NAME!r}, got {doc.get('format')!r}")
     version = doc.get("version")
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise ModelError(f"{where}.version: version {version!r} is not supported (supported: {FORMAT_VERSION})")
     name = doc.get("name", "model")
     if not isinstance(name, str):
@@ -113,6 +162,7 @@ def parse(doc, base_dir):
     for i, t in enumerate(_req(doc, "inputs", list, where)):
         w = f"inputs[{i}]"
         n = _name(_req(t, "name", str, w), w + ".name")
+        _keys(t, TENSOR_KEYS, f"input {n!r}")
         inputs.append(TensorInfo(n, dtypes.check_dtype(t.get("dtype"), f"input {n!r}"),
                                  _shape(_req(t, "shape", list, w), f"input {n!r}")))
     outputs = []
@@ -122,19 +172,24 @@ def parse(doc, base_dir):
     constants = []
     weights = doc.get("weights")
     if weights is not None:
+        _keys(weights, ("file", "tensors"), "weights")
         wfile = _req(weights, "file", str, "weights")
         stored = _load_npz(os.path.join(base_dir, wfile), "weights.file")
         for i, t in enumerate(_req(weights, "tensors", list, "weights")):
             w = f"weights.tensors[{i}]"
             n = _name(_req(t, "name", str, w), w + ".name")
+            _keys(t, TENSOR_KEYS, f"weight {n!r}")
             dt = dtypes.check_dtype(t.get("dtype"), f"weight {n!r}")
             shape = _shape(_req(t, "shape", list, w), f"weight {n!r}")
             if n not in stored:
                 raise ModelError(f"weight {n!r}: not found in weights file {wfile!r}")
             constants.append(Constant(n, dt, shape, _as_declared(stored[n], dt, shape, f"weight {n!r}")))
+    if not isinstance(doc.get("constants", []), list):
+        raise ModelError(f"{where}.constants: expected a list")
     for i, t in enumerate(doc.get("constants", [])):
         w = f"constants[{i}]"
         n = _name(_req(t, "name", str, w), w + ".name")
+        _keys(t, TENSOR_KEYS + ("value",), f"constant {n!r}")
         dt = dtypes.check_dtype(t.get("dtype"), f"constant {n!r}")
         shape = _shape(_req(t, "shape", list, w), f"constant {n!r}")
         if "value" not in t:
@@ -145,8 +200,11 @@ def parse(doc, base_dir):
     for i, nd in enumerate(_req(doc, "nodes", list, where)):
         w = f"nodes[{i}]"
         n = _name(_req(nd, "name", str, w), w + ".name")
+        _keys(nd, NODE_KEYS, f"node {n!r}")
         op = _name(_req(nd, "op", str, f"node {n!r}"), f"node {n!r}.op")
-        ins = tuple(_name(x, f"node {n!r}.inputs") for x in _req(nd, "inputs", list, f"node {n!r}"))
+        # "" marks an omitted optional input (ONNX's convention); validate checks where
+        ins = tuple(x if x == "" else _name(x, f"node {n!r}.inputs")
+                    for x in _req(nd, "inputs", list, f"node {n!r}"))
         outs = tuple(_name(x, f"node {n!r}.outputs") for x in _req(nd, "outputs", list, f"node {n!r}"))
         attrs = nd.get("attrs", {})
         if not isinstance(attrs, dict):
@@ -163,11 +221,31 @@ def load(path):
     except OSError as e:
         raise ModelError(f"cannot read model {path!r}: {e.strerror}") from None
     try:
-        doc = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        doc = json.loads(raw, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_nan)
+    except ModelError:
+        raise
+    except RecursionError:
+        raise ModelError(f"{path}: JSON is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, huge integers
         raise ModelError(f"{path}: not valid JSON: {e}") from None
-    graph = parse(doc, os.path.dirname(os.path.abspath(path)))
+    try:
+        graph = parse(doc, os.path.dirname(os.path.abspath(path)))
+    except RecursionError:
+        raise ModelError(f"{path}: an attribute is nested too deeply") from None
     return graph, graph_digest(graph)
+
+
+def _no_nan(token):
+    raise ModelError(f"model.json: {token} is not valid JSON (write numbers only)")
+
+
+def _no_duplicate_keys(pairs):
+    seen = {}
+    for k, v in pairs:
+        if k in seen:
+            raise ModelError(f"model.json: key {k!r} appears twice in one object")
+        seen[k] = v
+    return seen
 
 
 def graph_digest(graph):

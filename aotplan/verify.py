@@ -95,6 +95,24 @@ def verify(plan):
     arena_consts = [i for i, t in enumerate(plan.tensors) if t.kind == "constant" and t.storage == "arena"]
     if arena_consts or plan.place_kernel != -1:
         _index(plan.place_kernel, nk, "place_kernel")
+    # each kernel has one role: its signature and what it returns follow from the role
+    special = [k for k in (plan.input_kernel, plan.output_kernel, plan.place_kernel) if k != -1]
+    if len(set(special)) != len(special):
+        _fail("input_kernel, output_kernel and place_kernel must be different kernels")
+    for s, l in enumerate(plan.launches):
+        if l.kernel in special:
+            _fail(f"launch {s} ({l.node!r}) runs kernel {plan.kernels[l.kernel].name!r}, which is the "
+                  f"input, output or place kernel")
+
+    m = plan.memory
+    pool = sum(t.nbytes for t in plan.tensors if t.storage == "pool")
+    if m.constant_pool_bytes != pool:
+        _fail(f"memory.constant_pool_bytes {m.constant_pool_bytes} != {pool}, the bytes of the pool constants")
+    ws = max((k.workspace_bytes for k in plan.kernels), default=0)
+    if m.max_workspace_bytes != ws:
+        _fail(f"memory.max_workspace_bytes {m.max_workspace_bytes} != {ws}, the largest kernel workspace")
+    if not 0 <= m.lower_bound_bytes <= plan.arena_bytes or m.naive_bytes < 0:
+        _fail(f"memory: lower bound {m.lower_bound_bytes} must lie in [0, arena_bytes], naive bytes >= 0")
 
     for field, kind in (("inputs", "input"), ("outputs", "output")):
         listed = getattr(plan, field)

@@ -20,12 +20,16 @@ def load_kernel(k, donate):
     return exp
 
 
-def check_signature(name, exp, want):
-    """`want`: list of (shape, storage dtype name) the plan says the kernel takes."""
-    got = [(tuple(a.shape), np.dtype(a.dtype)) for a in exp.in_avals]
-    expect = [(tuple(s), np.dtype(np.uint32) if d == "uint32" else dtypes.np_dtype(d)) for s, d in want]
-    if got != expect:
-        raise PlanError(f"kernel {name!r}: takes {_fmt(got)}, the plan's tensors say {_fmt(expect)}")
+def check_signature(name, exp, takes, returns):
+    """`takes`/`returns`: lists of (shape, storage dtype name) the plan implies."""
+    try:
+        sig = [[(tuple(a.shape), np.dtype(a.dtype)) for a in avals] for avals in (exp.in_avals, exp.out_avals)]
+    except Exception as e:
+        raise PlanError(f"kernel {name!r}: unreadable signature ({e})") from None
+    for got, want, verb in zip(sig, (takes, returns), ("takes", "returns")):
+        expect = [(tuple(s), np.dtype(np.uint32) if d == "uint32" else dtypes.np_dtype(d)) for s, d in want]
+        if got != expect:
+            raise PlanError(f"kernel {name!r}: {verb} {_fmt(got)}, the plan's tensors say {_fmt(expect)}")
 
 
 def _fmt(sig):

@@ -47,18 +47,19 @@ class Session:
         sig = lambda idx: [(T[i].shape, dtypes.storage_dtype(T[i].dtype)) for i in idx]  # noqa: E731
 
         arena_consts = [i for i, t in enumerate(T) if t.kind == "constant" and t.storage == "arena"]
+        # (role, takes, returns) of every kernel; verify() made the roles distinct
         wants = {}
         for l in plan.launches:
-            wants[l.kernel] = ("launch", arena_sig + sig(plan.kernels[l.kernel].pool_args))
-        wants[plan.input_kernel] = ("input", arena_sig + sig(plan.inputs))
-        wants[plan.output_kernel] = ("output", arena_sig)
+            wants[l.kernel] = ("launch", arena_sig + sig(plan.kernels[l.kernel].pool_args), arena_sig)
+        wants[plan.input_kernel] = ("input", arena_sig + sig(plan.inputs), arena_sig)
+        wants[plan.output_kernel] = ("output", arena_sig, sig(plan.outputs))
         if plan.place_kernel >= 0:
-            wants[plan.place_kernel] = ("place", arena_sig + sig(arena_consts))
+            wants[plan.place_kernel] = ("place", arena_sig + sig(arena_consts), arena_sig)
         self._kernels = {}
-        for ki, (role, want) in sorted(wants.items()):
+        for ki, (role, takes, returns) in sorted(wants.items()):
             k = plan.kernels[ki]
             exp = load_kernel(k, role != "output")
-            check_signature(k.name, exp, want)
+            check_signature(k.name, exp, takes, returns)
             self._kernels[ki] = compile_kernel(k.name, exp, role != "output", platform)
 
         data = {c.tensor: c.data for c in plan.constants}

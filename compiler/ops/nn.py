@@ -10,7 +10,7 @@ from jax import lax
 
 from aotplan import dtypes
 from compiler.ops.registry import (
-    fail, float_attr, fmt, int_attr, int_list, norm_axis, register, require_float, same_dtype,
+    fail, flag_attr, float_attr, fmt, int_attr, int_list, norm_axis, register, require_float, same_dtype,
 )
 
 
@@ -53,7 +53,7 @@ def _gemm_infer(node, ins):
         fail(node, f"gemm of {dt} is not supported")
     if len(a.shape) != 2 or len(b.shape) != 2:
         fail(node, f"gemm needs 2-D A and B, got {fmt(a)} and {fmt(b)}")
-    ta, tb = int_attr(node, "trans_a", 0), int_attr(node, "trans_b", 0)
+    ta, tb = flag_attr(node, "trans_a", 0), flag_attr(node, "trans_b", 0)
     m, k = a.shape[::-1] if ta else a.shape
     k2, n = b.shape[::-1] if tb else b.shape
     if k != k2:
@@ -109,7 +109,7 @@ def _layernorm_infer(node, ins):
                 raise ValueError
         except ValueError:
             fail(node, f"scale/bias {fmt(t)} does not broadcast to the normalized shape {list(norm_shape)}")
-    float_attr(node, "epsilon", 1e-5)
+    float_attr(node, "epsilon", 1e-5, minimum=0.0)
     return [(x.dtype, x.shape)]
 
 
@@ -137,7 +137,7 @@ def _batchnorm_infer(node, ins):
     for t, what in zip(ins[1:], ("scale", "bias", "mean", "var")):
         if t.shape != (x.shape[1],):
             fail(node, f"{what} {fmt(t)} must have shape [{x.shape[1]}] (the channel count)")
-    float_attr(node, "epsilon", 1e-5)
+    float_attr(node, "epsilon", 1e-5, minimum=0.0)
     return [(x.dtype, x.shape)]
 
 
@@ -206,6 +206,8 @@ def _pool_infer(node, ins, float_only):
     k = int_list(node, "kernel_shape", 2, minimum=1)
     s = int_list(node, "strides", 2, (1, 1), minimum=1)
     p = int_list(node, "pads", 4, (0, 0, 0, 0), minimum=0)
+    if float_only:
+        flag_attr(node, "count_include_pad", 0)
     if p[0] >= k[0] or p[2] >= k[0] or p[1] >= k[1] or p[3] >= k[1]:
         fail(node, f"pads {list(p)} must be smaller than the kernel {list(k)}")
     n, c, h, w = x.shape

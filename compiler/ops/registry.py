@@ -17,6 +17,7 @@ An `OpDef` has:
 - `foldable`: constant folding may evaluate it at compile time.
 """
 
+import math
 from dataclasses import dataclass
 
 from aotplan import dtypes
@@ -78,15 +79,24 @@ def require_float(node, t):
 
 
 def norm_axis(node, axis, rank, what="axis"):
-    if not isinstance(axis, int) or not -rank <= axis < max(rank, 1):
+    if rank == 0:
+        fail(node, f"needs an input of rank >= 1 for its {what}, got a scalar")
+    if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis < rank:
         fail(node, f"{what} {axis!r} is out of range for rank {rank}")
-    return axis % rank if rank else 0
+    return axis % rank
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # attributes are int64, as in ONNX
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool) and INT64_MIN <= x <= INT64_MAX
 
 
 def int_list(node, key, n=None, default=None, minimum=None):
     v = node.attr(key, default)
-    if not isinstance(v, tuple) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
-        fail(node, f"attribute {key!r} must be a list of integers, got {v!r}")
+    if not isinstance(v, tuple) or not all(_is_int(x) for x in v):
+        fail(node, f"attribute {key!r} must be a list of 64-bit integers, got {v!r}")
     if n is not None and len(v) != n:
         fail(node, f"attribute {key!r} must have {n} entries, got {list(v)}")
     if minimum is not None and any(x < minimum for x in v):
@@ -96,13 +106,29 @@ def int_list(node, key, n=None, default=None, minimum=None):
 
 def int_attr(node, key, default):
     v = node.attr(key, default)
-    if not isinstance(v, int) or isinstance(v, bool):
-        fail(node, f"attribute {key!r} must be an integer, got {v!r}")
+    if not _is_int(v):
+        fail(node, f"attribute {key!r} must be a 64-bit integer, got {v!r}")
     return v
 
 
-def float_attr(node, key, default):
+def flag_attr(node, key, default):
+    """A 0/1 attribute (ONNX's int flags)."""
+    v = node.attr(key, default)
+    if v not in (0, 1) or isinstance(v, bool) or not isinstance(v, int):
+        fail(node, f"attribute {key!r} must be 0 or 1, got {v!r}")
+    return v
+
+
+def float_attr(node, key, default, minimum=None):
     v = node.attr(key, default)
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         fail(node, f"attribute {key!r} must be a number, got {v!r}")
-    return float(v)
+    try:
+        f = float(v)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        fail(node, f"attribute {key!r} must be finite, got {v!r}")
+    if minimum is not None and f < minimum:
+        fail(node, f"attribute {key!r} must be >= {minimum}, got {v!r}")
+    return f
