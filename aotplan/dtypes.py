@@ -68,7 +68,7 @@ def to_storage(array, logical, where):
     int64 -> int32 after a range check that names `where`; everything else unchanged.
     """
     if logical != "int64":
-        return np.ascontiguousarray(array, dtype=DTYPES[logical])
+        return np.asarray(array, dtype=DTYPES[logical], order="C")
     a = np.asarray(array, dtype=np.int64)
     if a.size and (a.min() < INT32_MIN or a.max() > INT32_MAX):
         bad = a.min() if a.min() < INT32_MIN else a.max()
@@ -76,7 +76,7 @@ def to_storage(array, logical, where):
             f"{where}: int64 value {int(bad)} is outside the int32 range that aotplan stores "
             f"int64 as ([{INT32_MIN}, {INT32_MAX}])"
         )
-    return np.ascontiguousarray(a.astype(np.int32))
+    return np.asarray(a.astype(np.int32), order="C")
 
 
 def from_storage(array, logical):

@@ -90,7 +90,7 @@ def _as_declared(arr, dtype, shape, where):
     if arr.dtype == want:
         return arr
     if arr.dtype.kind in "uiV" and arr.dtype.itemsize == want.itemsize and dtype in ("bfloat16", "float16", "bool"):
-        out = np.ascontiguousarray(arr).view(want)
+        out = np.asarray(arr, order="C").view(want)
         if dtype == "bool" and np.any(out.view(np.uint8) > 1):
             raise ModelError(f"{where}: bool weight holds values other than 0 and 1")
         return out
@@ -254,7 +254,7 @@ def graph_digest(graph):
     h.update(repr((graph.name, graph.inputs, graph.outputs, graph.nodes)).encode())
     for c in sorted(graph.constants, key=lambda c: c.name):
         h.update(repr((c.name, c.dtype, c.shape)).encode())
-        h.update(np.ascontiguousarray(c.data).tobytes())
+        h.update(np.asarray(c.data, order="C").tobytes())
     return h.hexdigest()
 
 

@@ -18,7 +18,8 @@ def make_function(graph, options=None):
 
     names = graph.outputs
     graph, order, info = pipeline.prepare(graph, options or pipeline.Options())
-    consts = {c.name: jnp.asarray(dtypes.to_storage(c.data, c.dtype, c.name)) for c in graph.constants}
+    read = {i for n in order for i in n.inputs}
+    consts = {c.name: jnp.asarray(dtypes.to_storage(c.data, c.dtype, c.name)) for c in graph.constants if c.name in read}
 
     def fn(feeds):
         env = dict(feeds)

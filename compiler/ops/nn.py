@@ -90,11 +90,19 @@ register("gemm", (2, 3), ('trans_a', 'trans_b', 'alpha', 'beta'))((_gemm_infer, 
 def _softmax_infer(node, ins):
     require_float(node, ins[0])
     norm_axis(node, int_attr(node, "axis", -1), len(ins[0].shape))
+    flag_attr(node, "legacy_flatten", 0)
     return [(ins[0].dtype, ins[0].shape)]
 
 
-register("softmax", (1, 1), ('axis',))((_softmax_infer, lambda node, x: (
-    jax.nn.softmax(_f32(x), axis=node.attr("axis", -1)).astype(x.dtype),)))
+def _softmax(node, x):
+    axis = node.attr("axis", -1) % x.ndim
+    if node.attr("legacy_flatten", 0):  # ONNX before opset 13: softmax of x viewed as 2-D at axis
+        flat = _f32(x).reshape(int(np.prod(x.shape[:axis])), -1)
+        return (jax.nn.softmax(flat, axis=1).reshape(x.shape).astype(x.dtype),)
+    return (jax.nn.softmax(_f32(x), axis=axis).astype(x.dtype),)
+
+
+register("softmax", (1, 1), ("axis", "legacy_flatten"))((_softmax_infer, _softmax))
 
 
 def _layernorm_infer(node, ins):
@@ -153,93 +161,162 @@ register("batchnorm", (5, 5), ('epsilon',))((_batchnorm_infer, _batchnorm))
 
 # ---------------------------------------------------------------- conv / pooling
 
-def _window_out(node, size, k, s, p0, p1, d=1):
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def _spatial_attrs(node, x, kernel):
+    """Strides, dilations and (begin, end) pads per spatial axis, auto_pad resolved
+    from the static input shape (ONNX rules)."""
+    nd = len(kernel)
+    s = int_list(node, "strides", nd, (1,) * nd, minimum=1)
+    d = int_list(node, "dilations", nd, (1,) * nd, minimum=1)
+    ap = node.attr("auto_pad", "NOTSET")
+    if ap not in AUTO_PADS:
+        fail(node, f"attribute 'auto_pad' must be one of {', '.join(AUTO_PADS)}, got {ap!r}")
+    if ap == "NOTSET":
+        p = int_list(node, "pads", 2 * nd, (0,) * (2 * nd), minimum=0)
+        return s, d, [(p[i], p[i + nd]) for i in range(nd)]
+    if any(node.attr("pads", (0,))):
+        fail(node, f"'pads' cannot be combined with auto_pad={ap}")
+    pads = []
+    for size, k, st, dl in zip(x.shape[2:], kernel, s, d):
+        if ap == "VALID":
+            pads.append((0, 0))
+            continue
+        out = -(-size // st)
+        total = max((out - 1) * st + (k - 1) * dl + 1 - size, 0)
+        small, big = total // 2, total - total // 2
+        pads.append((small, big) if ap == "SAME_UPPER" else (big, small))
+    return s, d, pads
+
+
+def _out_size(node, size, k, s, p, d=1, ceil=False):
+    """Output extent and the extra end padding that ceil_mode needs."""
     span = d * (k - 1) + 1
-    if size + p0 + p1 < span:
-        fail(node, f"window {k} (dilation {d}) does not fit input extent {size} with pads ({p0}, {p1})")
-    return (size + p0 + p1 - span) // s + 1
+    room = size + p[0] + p[1] - span
+    if room < 0:
+        fail(node, f"window {k} (dilation {d}) does not fit input extent {size} with pads {p}")
+    out = (-(-room // s) if ceil else room // s) + 1
+    if ceil and (out - 1) * s >= size + p[0]:  # the last window must start inside the input
+        out -= 1
+    return out, max((out - 1) * s + span - (size + p[0] + p[1]), 0)
+
+
+def _spatial_input(node, x, what):
+    if len(x.shape) < 3:
+        fail(node, f"{what} needs an input (N, C, spatial...) of rank >= 3, got {fmt(x)}")
 
 
 def _conv_infer(node, ins):
     x, w = ins[0], ins[1]
     require_float(node, x)
     same_dtype(node, ins)
-    if len(x.shape) != 4 or len(w.shape) != 4:
-        fail(node, f"conv2d needs 4-D NCHW input and OIHW weight, got {fmt(x)} and {fmt(w)}")
+    _spatial_input(node, x, node.op)
+    if node.op == "conv2d" and len(x.shape) != 4:
+        fail(node, f"conv2d needs a 4-D NCHW input, got {fmt(x)} (use conv for other ranks)")
+    if len(w.shape) != len(x.shape):
+        fail(node, f"weight {fmt(w)} must have the input's rank {len(x.shape)} (M, C/group, kernel...)")
+    k = w.shape[2:]
+    if node.attr("kernel_shape") is not None and tuple(int_list(node, "kernel_shape", len(k))) != k:
+        fail(node, f"kernel_shape {list(node.attr('kernel_shape'))} does not match weight {fmt(w)}")
     g = int_attr(node, "group", 1)
-    strides = int_list(node, "strides", 2, (1, 1), minimum=1)
-    pads = int_list(node, "pads", 4, (0, 0, 0, 0), minimum=0)
-    dil = int_list(node, "dilations", 2, (1, 1), minimum=1)
-    n, c, h, wd = x.shape
-    m, cg, kh, kw = w.shape
+    s, d, pads = _spatial_attrs(node, x, k)
+    c, m, cg = x.shape[1], w.shape[0], w.shape[1]
     if g < 1 or c % g or m % g or cg != c // g:
         fail(node, f"group={g}: input channels {c} and weight {fmt(w)} do not agree (weight dim 1 must be C/group)")
     if len(ins) == 3 and ins[2].shape != (m,):
         fail(node, f"bias {fmt(ins[2])} must have shape [{m}]")
-    oh = _window_out(node, h, kh, strides[0], pads[0], pads[2], dil[0])
-    ow = _window_out(node, wd, kw, strides[1], pads[1], pads[3], dil[1])
-    return [(x.dtype, (n, m, oh, ow))]
+    out = [_out_size(node, n, kk, ss, p, dd)[0] for n, kk, ss, p, dd in zip(x.shape[2:], k, s, pads, d)]
+    return [(x.dtype, (x.shape[0], m, *out))]
 
 
 def _conv(node, x, w, b=None):
-    p = node.attr("pads", (0, 0, 0, 0))
-    y = lax.conv_general_dilated(
-        x, w, window_strides=node.attr("strides", (1, 1)), padding=[(p[0], p[2]), (p[1], p[3])],
-        rhs_dilation=node.attr("dilations", (1, 1)), feature_group_count=node.attr("group", 1),
-        dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    from aotplan.graph import TensorInfo
+
+    s, d, pads = _spatial_attrs(node, TensorInfo("", "", x.shape), w.shape[2:])
+    nd = x.ndim - 2
+    sp = "DHW"[-nd:] if nd <= 3 else None
+    dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + sp, "OI" + sp, "NC" + sp))
+    y = lax.conv_general_dilated(x, w, window_strides=s, padding=pads, rhs_dilation=d,
+                                 feature_group_count=node.attr("group", 1), dimension_numbers=dn)
     if b is not None:
-        y = y + b.reshape(1, -1, 1, 1)
+        y = y + b.reshape((1, -1) + (1,) * nd)
     return (y,)
 
 
-register("conv2d", (2, 3), ('strides', 'pads', 'dilations', 'group'))((_conv_infer, _conv))
+CONV_ATTRS = ("strides", "pads", "dilations", "group", "auto_pad", "kernel_shape")
+register("conv", (2, 3), CONV_ATTRS)((_conv_infer, _conv))
+register("conv2d", (2, 3), CONV_ATTRS)((_conv_infer, _conv))
+
+
+def _pool_geometry(node, x):
+    """-> kernel, strides, dilations, [(begin, end, ceil extra)] per spatial axis, out shape."""
+    _spatial_input(node, x, node.op)
+    nd = len(x.shape) - 2
+    k = int_list(node, "kernel_shape", nd, minimum=1)
+    s, d, pads = _spatial_attrs(node, x, k)
+    ceil = flag_attr(node, "ceil_mode", 0)
+    geo, out = [], []
+    for size, kk, ss, p, dd in zip(x.shape[2:], k, s, pads, d):
+        if p[0] >= dd * (kk - 1) + 1 or p[1] >= dd * (kk - 1) + 1:
+            fail(node, f"pads {list(node.attr('pads'))} must be smaller than the window {list(k)}")
+        o, extra = _out_size(node, size, kk, ss, p, dd, bool(ceil))
+        geo.append((p[0], p[1], extra))
+        out.append(o)
+    return k, s, d, geo, tuple(x.shape[:2]) + tuple(out)
 
 
 def _pool_infer(node, ins, float_only):
     x = ins[0]
     if float_only:
         require_float(node, x)
+        flag_attr(node, "count_include_pad", 0)
     elif x.dtype == "bool":
         fail(node, f"input {fmt(x)} must be numeric")
-    if len(x.shape) != 4:
-        fail(node, f"pooling needs a 4-D NCHW input, got {fmt(x)}")
-    k = int_list(node, "kernel_shape", 2, minimum=1)
-    s = int_list(node, "strides", 2, (1, 1), minimum=1)
-    p = int_list(node, "pads", 4, (0, 0, 0, 0), minimum=0)
-    if float_only:
-        flag_attr(node, "count_include_pad", 0)
-    if p[0] >= k[0] or p[2] >= k[0] or p[1] >= k[1] or p[3] >= k[1]:
-        fail(node, f"pads {list(p)} must be smaller than the kernel {list(k)}")
-    n, c, h, w = x.shape
-    return [(x.dtype, (n, c, _window_out(node, h, k[0], s[0], p[0], p[2]),
-                       _window_out(node, w, k[1], s[1], p[1], p[3])))]
+    else:
+        flag_attr(node, "storage_order", 0)
+    return [(x.dtype, _pool_geometry(node, x)[4])]
 
 
-def _window(node):
-    k, s = node.attr("kernel_shape"), node.attr("strides", (1, 1))
-    p = node.attr("pads", (0, 0, 0, 0))
-    return (1, 1) + tuple(k), (1, 1) + tuple(s), ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3]))
+def _reduce(x, init, op, k, s, d, pads):
+    return lax.reduce_window(x, init, op, (1, 1) + tuple(k), (1, 1) + tuple(s), ((0, 0), (0, 0)) + tuple(pads),
+                             window_dilation=(1, 1) + tuple(d))
 
 
 def _maxpool(node, x):
-    dims, strides, pads = _window(node)
+    from aotplan.graph import TensorInfo
+
+    k, s, d, geo, _ = _pool_geometry(node, TensorInfo("", "", x.shape))
     init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
-    return (lax.reduce_window(x, jnp.array(init, x.dtype), lax.max, dims, strides, pads),)
+    return (_reduce(x, jnp.array(init, x.dtype), lax.max, k, s, d, [(b, e + extra) for b, e, extra in geo]),)
 
 
 def _avgpool(node, x):
-    dims, strides, pads = _window(node)
-    xf = _f32(x)
-    total = lax.reduce_window(xf, 0.0, lax.add, dims, strides, pads)
-    if node.attr("count_include_pad", 0):
-        count = float(np.prod(dims))
-    else:
-        count = lax.reduce_window(jnp.ones(x.shape[2:], jnp.float32), 0.0, lax.add, dims[2:], strides[2:], pads[2:])
-    return ((total / count).astype(x.dtype),)
+    from aotplan.graph import TensorInfo
+
+    k, s, d, geo, _ = _pool_geometry(node, TensorInfo("", "", x.shape))
+    total = _reduce(_f32(x), 0.0, lax.add, k, s, d, [(b, e + extra) for b, e, extra in geo])
+    return ((total / _window_counts(x.shape[2:], k, s, d, geo, node.attr("count_include_pad", 0))).astype(x.dtype),)
 
 
-register("maxpool", (1, 1), ('kernel_shape', 'strides', 'pads'))((lambda node, ins: _pool_infer(node, ins, False), _maxpool))
-register("avgpool", (1, 1), ('kernel_shape', 'strides', 'pads', 'count_include_pad'))((lambda node, ins: _pool_infer(node, ins, True), _avgpool))
+def _window_counts(spatial, k, s, d, geo, include_pad):
+    """Cells each window averages over: input cells, plus explicit pads with
+    count_include_pad, never ceil_mode's extra. Static, so computed here in numpy (XLA
+    would constant-fold a reduce_window of ones, slowly)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    inside = np.pad(np.ones(spatial), [(b, e) for b, e, _ in geo], constant_values=float(include_pad))
+    mask = np.pad(inside, [(0, extra) for _, _, extra in geo])
+    axes = tuple(range(len(spatial)))
+    spans = tuple(dd * (kk - 1) + 1 for kk, dd in zip(k, d))
+    win = sliding_window_view(mask, spans, axis=axes)
+    win = win[tuple(slice(None, None, ss) for ss in s) + tuple(slice(None, None, dd) for dd in d)]
+    return jnp.asarray(win.sum(axis=tuple(range(len(spatial), 2 * len(spatial)))).astype(np.float32))
+
+
+POOL_ATTRS = ("kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode")
+register("maxpool", (1, 1), POOL_ATTRS + ("storage_order",))((lambda node, ins: _pool_infer(node, ins, False), _maxpool))
+register("avgpool", (1, 1), POOL_ATTRS + ("count_include_pad",))((lambda node, ins: _pool_infer(node, ins, True), _avgpool))
 
 
 def _gap_infer(node, ins):

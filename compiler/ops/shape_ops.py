@@ -4,15 +4,16 @@ import math
 
 import jax.numpy as jnp
 
-from compiler.ops.registry import fail, fmt, int_attr, int_list, norm_axis, register
+from compiler.ops.registry import fail, flag_attr, fmt, int_attr, int_list, norm_axis, register
 
 
 def _reshape_target(node, shape):
-    """ONNX rules: 0 copies the input's dimension, one -1 is inferred."""
+    """ONNX rules: 0 copies the input's dimension (unless allowzero=1), one -1 is inferred."""
     spec = int_list(node, "shape", minimum=-1)
+    allowzero = flag_attr(node, "allowzero", 0)
     out = []
     for i, d in enumerate(spec):
-        if d == 0:
+        if d == 0 and not allowzero:
             if i >= len(shape):
                 fail(node, f"shape {list(spec)}: 0 at position {i} has no input dimension to copy")
             out.append(shape[i])
@@ -31,7 +32,7 @@ def _reshape_target(node, shape):
     return tuple(out)
 
 
-register("reshape", (1, 1), ('shape',))((
+register("reshape", (1, 1), ("allowzero",), static_inputs=((1, "shape"),))((
     lambda node, ins: [(ins[0].dtype, _reshape_target(node, ins[0].shape))],
     lambda node, x: (x.reshape(_reshape_target(node, x.shape)),)))
 

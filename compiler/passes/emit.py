@@ -37,7 +37,7 @@ def run(graph, output_names, digest, liveness, mem, lowered, weights, launch_mod
 
 
 def _le_bytes(a):
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a, order="C")
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
     return a.tobytes()

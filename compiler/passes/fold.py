@@ -116,7 +116,7 @@ def _evaluate(node, op, in_consts, in_infos, outs):
         with _x64():
             args = [jnp.asarray(c.data) for c in in_consts]
             vals = [np.asarray(v) for v in op.lower(node, *args)]
-    return [np.ascontiguousarray(np.asarray(v).astype(dtypes.np_dtype(d)).reshape(s)) for v, (d, s) in zip(vals, outs)]
+    return [np.asarray(np.asarray(v).astype(dtypes.np_dtype(d)).reshape(s), order="C") for v, (d, s) in zip(vals, outs)]
 
 
 def _x64():

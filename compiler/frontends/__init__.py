@@ -1,0 +1,1 @@
+"""Front ends: other model formats -> aotplan Graph (then the usual passes)."""

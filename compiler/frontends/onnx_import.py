@@ -1,0 +1,408 @@
+"""ONNX -> aotplan Graph.
+
+Each ONNX node maps to one op of our library, with the semantics of the version of its
+schema that the model's opset selects (`since_version`): e.g. Softmax before 13
+flattens at `axis`, Slice before 10 takes attributes where later versions take inputs.
+Inputs that ONNX passes as tensors but that decide shapes (Reshape's shape, Slice's
+starts, ...) stay node inputs here; the compiler's `fold` pass binds them once they
+are constants. Initializers and Constant nodes become constants. An op we do not
+support is an error naming it and its node: nothing is skipped silently.
+
+`onnx` is an optional dependency (`pip install aotplan[onnx]`).
+"""
+
+import os
+
+import numpy as np
+
+from aotplan import dtypes, model_json
+from aotplan.errors import ModelError
+from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+
+INSTALL_HINT = "ONNX import needs the onnx package: pip install 'aotplan[onnx]'"
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise ModelError(INSTALL_HINT) from None
+    return onnx
+
+
+# ONNX TensorProto element types -> our dtype names (others are unsupported)
+_ELEM = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16", 16: "bfloat16"}
+
+
+def elem_dtype(elem, where):
+    if elem not in _ELEM:
+        onnx = _onnx()
+        name = onnx.TensorProto.DataType.Name(elem) if elem in onnx.TensorProto.DataType.values() else str(elem)
+        raise ModelError(f"{where}: ONNX dtype {name} is not supported (supported: {', '.join(sorted(set(_ELEM.values())))})")
+    return _ELEM[elem]
+
+
+def _array(tensor, where):
+    onnx = _onnx()
+    from onnx import numpy_helper
+
+    dt = elem_dtype(tensor.data_type, where)
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise ModelError(f"{where}: tensors with external data are not supported; load the model with "
+                         f"onnx.load(..., load_external_data=True) and save it as one file")
+    arr = numpy_helper.to_array(tensor)
+    want = dtypes.np_dtype(dt)
+    if arr.dtype != want:
+        arr = arr.view(want) if arr.dtype.itemsize == want.itemsize and arr.dtype.kind in "uV" else arr.astype(want)
+    return dt, np.asarray(arr, order="C")
+
+
+def _attr_value(a, where):
+    onnx = _onnx()
+    from onnx import helper
+
+    if a.type == onnx.AttributeProto.TENSOR:
+        return _array(a.t, where)
+    if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS, onnx.AttributeProto.SPARSE_TENSOR):
+        raise ModelError(f"{where}: attribute {a.name!r} of type {a.type} is not supported")
+    v = helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "replace")
+    elif isinstance(v, (list, tuple)):
+        v = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+    return v
+
+
+# ---------------------------------------------------------------- per-op mapping
+
+class _Ctx:
+    """What a converter may do: read attributes, add constants, emit nodes."""
+
+    def __init__(self, node, name, version, out):
+        self.node, self.name, self.version, self._out = node, name, version, out
+        self.attrs = {a.name: _attr_value(a, f"node {name!r} ({node.op_type})") for a in node.attribute}
+        self.inputs = list(node.input)
+        self.outputs = list(node.output)
+
+    def fail(self, msg):
+        raise ModelError(f"node {self.name!r} ({self.node.op_type}, opset {self.version}): {msg}")
+
+    def take(self, *keys, **defaults):
+        """Copy the listed attributes (if present); anything not consumed is an error later."""
+        out = {}
+        for k in keys:
+            if k in self.attrs:
+                out[k] = self.attrs.pop(k)
+        for k, v in defaults.items():
+            out[k] = self.attrs.pop(k, v)
+        return out
+
+    def drop(self, *keys):
+        for k in keys:
+            self.attrs.pop(k, None)
+
+    def emit(self, op, inputs, outputs, **attrs):
+        self._out.nodes.append(Node(self.name, op, tuple(inputs), tuple(outputs), freeze(attrs)))
+
+    def single_output(self, keep=1):
+        """ONNX ops with optional extra outputs we do not compute: fine if nobody reads them."""
+        for extra in self.outputs[keep:]:
+            if extra and extra in self._out.consumed:
+                self.fail(f"output {extra!r} (an optional output) is used, and it is not supported")
+        return self.outputs[:keep]
+
+
+def _simple(op, attrs=()):
+    def conv(c):
+        c.emit(op, c.inputs, c.single_output(), **c.take(*attrs))
+    return conv
+
+
+def _rename(op, mapping, defaults=None):
+    def conv(c):
+        a = {ours: c.attrs.pop(theirs) for theirs, ours in mapping.items() if theirs in c.attrs}
+        c.emit(op, c.inputs, c.single_output(), **a, **(defaults or {}))
+    return conv
+
+
+def _binary(op):
+    def conv(c):
+        if c.version < 7 and c.attrs.pop("broadcast", 0):
+            if "axis" in c.attrs:
+                c.fail("legacy broadcasting with 'axis' (opset < 7) is not supported")
+        c.drop("consumed_inputs")
+        c.emit(op, c.inputs, c.single_output())
+    return conv
+
+
+def _conv(c):
+    c.emit("conv", c.inputs, c.single_output(), **c.take("strides", "pads", "dilations", "group", "auto_pad", "kernel_shape"))
+
+
+def _pool(op):
+    def conv(c):
+        keys = ["kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "dilations"]
+        keys.append("count_include_pad" if op == "avgpool" else "storage_order")
+        a = c.take(*keys)
+        if a.get("auto_pad") == "NOTSET":
+            del a["auto_pad"]
+        c.emit(op, c.inputs, c.single_output(), **a)
+    return conv
+
+
+def _batchnorm(c):
+    if c.attrs.pop("training_mode", 0):
+        c.fail("training_mode=1 is not supported (inference only)")
+    if c.version < 7 and not c.attrs.pop("is_test", 0):
+        c.fail("is_test=0 (training) is not supported")
+    if c.version < 9 and not c.attrs.pop("spatial", 1):
+        c.fail("spatial=0 is not supported")
+    c.drop("momentum", "consumed_inputs")
+    c.emit("batchnorm", c.inputs, c.single_output(), **c.take("epsilon"))
+
+
+def _softmax(c):
+    a = c.take("axis")
+    if c.version < 13:
+        a.setdefault("axis", 1)
+        a["legacy_flatten"] = 1
+    c.emit("softmax", c.inputs, c.single_output(), **a)
+
+
+def _dropout(c):
+    if c.version < 7 and not c.attrs.pop("is_test", 0):
+        c.fail("is_test=0 (training) is not supported")
+    if len(c.inputs) > 2 and c.inputs[2]:
+        c.fail("a training_mode input is not supported (inference only)")
+    c.drop("ratio", "seed")
+    c.emit("identity", c.inputs[:1], c.single_output())
+
+
+def _gemm(c):
+    if c.version < 7:
+        c.drop("broadcast")
+    c.emit("gemm", c.inputs, c.single_output(),
+           **{k: c.attrs.pop(o) for o, k in (("transA", "trans_a"), ("transB", "trans_b"), ("alpha", "alpha"),
+                                             ("beta", "beta")) if o in c.attrs})
+
+
+def _clip(c):
+    a = c.take("min", "max") if c.version < 11 else {}
+    c.emit("clip", c.inputs, c.single_output(), **a)
+
+
+def _attr_or_input(op, key, since, extra=()):
+    """Ops whose `key` moved from an attribute to an input in opset `since`."""
+    def conv(c):
+        a = c.take(*extra)
+        if c.version < since and key in c.attrs:
+            a[key] = c.attrs.pop(key)
+        c.emit(op, c.inputs, c.single_output(), **a)
+    return conv
+
+
+def _split(c):
+    a = c.take("axis", "num_outputs")
+    if c.version < 13 and "split" in c.attrs:
+        a["split"] = c.attrs.pop("split")
+    c.emit("split", c.inputs, c.outputs, **a)
+
+
+def _slice(c):
+    if c.version < 10:
+        a = c.take("starts", "ends", "axes")
+        c.emit("slice", c.inputs, c.single_output(), **a)
+    else:
+        c.emit("slice", c.inputs, c.single_output())
+
+
+def _pad(c):
+    a = c.take("mode")
+    if c.version < 11:
+        if "pads" in c.attrs:
+            a["pads"] = c.attrs.pop("pads")
+        if "value" in c.attrs:
+            a["value"] = c.attrs.pop("value")
+    if c.version < 2 and "paddings" in c.attrs:
+        a["pads"] = c.attrs.pop("paddings")
+    c.emit("pad", c.inputs, c.single_output(), **a)
+
+
+def _reduce(op, since):
+    def conv(c):
+        a = c.take("keepdims", "noop_with_empty_axes")
+        if c.version < since and "axes" in c.attrs:
+            a["axes"] = c.attrs.pop("axes")
+        c.emit(op, c.inputs, c.single_output(), **a)
+    return conv
+
+
+def _cast(c):
+    to = c.attrs.pop("to")
+    c.drop("saturate", "round_mode")
+    c.emit("cast", c.inputs, c.single_output(), to=elem_dtype(to, f"node {c.name!r} (Cast) attribute 'to'"))
+
+
+def _constant_of_shape(c):
+    a = {}
+    if "value" in c.attrs:
+        dt, v = c.attrs.pop("value")
+        if v.size != 1:
+            c.fail("attribute 'value' must hold one element")
+        a = {"dtype": dt, "value": v.reshape(()).item()}
+    c.emit("constant_of_shape", c.inputs, c.single_output(), **a)
+
+
+def _layernorm(c):
+    c.drop("stash_type")
+    c.emit("layernorm", c.inputs, c.single_output(), **c.take("axis", "epsilon"))
+
+
+def _lrn(c):
+    c.emit("lrn", c.inputs, c.single_output(), **c.take("size", "alpha", "beta", "bias"))
+
+
+CONVERTERS = {
+    "Conv": _conv, "BatchNormalization": _batchnorm, "Relu": _simple("relu"), "Add": _binary("add"),
+    "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _binary("div"), "Sum": _simple("sum"),
+    "Concat": _simple("concat", ("axis",)), "Reshape": _attr_or_input("reshape", "shape", 5, ("allowzero",)),
+    "Flatten": _simple("flatten", ("axis",)), "Transpose": _simple("transpose", ("perm",)),
+    "MaxPool": _pool("maxpool"), "AveragePool": _pool("avgpool"), "GlobalAveragePool": _simple("global_avgpool"),
+    "Gemm": _gemm, "MatMul": _simple("matmul"), "Softmax": _softmax, "LRN": _lrn, "Dropout": _dropout,
+    "Clip": _clip, "Sigmoid": _simple("sigmoid"), "Tanh": _simple("tanh"), "Erf": _simple("erf"),
+    "Pow": _simple("pow"), "Sqrt": _simple("sqrt"), "Reciprocal": _simple("reciprocal"), "Neg": _simple("neg"),
+    "Exp": _simple("exp"), "Log": _simple("log"), "Where": _simple("where"), "Equal": _simple("equal"),
+    "Cast": _cast, "Gather": _simple("gather", ("axis",)), "Slice": _slice, "Split": _split,
+    "Squeeze": _attr_or_input("squeeze", "axes", 13), "Unsqueeze": _attr_or_input("unsqueeze", "axes", 13),
+    "Expand": _simple("expand"), "ReduceMean": _reduce("reduce_mean", 18), "ReduceSum": _reduce("reduce_sum", 13),
+    "LayerNormalization": _layernorm, "Pad": _pad, "HardSigmoid": _simple("hard_sigmoid", ("alpha", "beta")),
+    "HardSwish": _simple("hard_swish"), "Einsum": _simple("einsum", ("equation",)), "Identity": _simple("identity"),
+    "Shape": _simple("shape", ("start", "end")), "ConstantOfShape": _constant_of_shape,
+}
+SUPPORTED_OPS = tuple(sorted(CONVERTERS) + ["Constant"])
+
+
+class _Out:
+    def __init__(self, consumed):
+        self.nodes, self.constants, self.consumed = [], [], consumed
+
+
+def _constant_node(node, name):
+    where = f"node {name!r} (Constant)"
+    attrs = {a.name: a for a in node.attribute}
+    if len(attrs) != 1:
+        raise ModelError(f"{where}: expected exactly one value attribute, got {sorted(attrs)}")
+    key, a = next(iter(attrs.items()))
+    v = _attr_value(a, where)
+    if key == "value":
+        return v
+    if key == "value_float":
+        return "float32", np.array(v, np.float32)
+    if key == "value_floats":
+        return "float32", np.array(v, np.float32)
+    if key == "value_int":
+        return "int64", np.array(v, np.int64)
+    if key == "value_ints":
+        return "int64", np.array(v, np.int64)
+    raise ModelError(f"{where}: attribute {key!r} is not supported")
+
+
+def _dims(vi, fixed, where):
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        if vi.name in fixed:
+            return tuple(fixed[vi.name])
+        raise ModelError(f"{where}: has no shape; fix it with --input-shape {vi.name}=D0,D1,...")
+    if vi.name in fixed:
+        dims = tuple(fixed[vi.name])
+        if len(dims) != len(t.shape.dim):
+            raise ModelError(f"{where}: --input-shape gives rank {len(dims)}, the model says rank {len(t.shape.dim)}")
+        for i, (d, given) in enumerate(zip(t.shape.dim, dims)):
+            if d.HasField("dim_value") and d.dim_value != given:
+                raise ModelError(f"{where}: --input-shape gives dimension {i} = {given}, the model fixes it to {d.dim_value}")
+        return dims
+    out = []
+    for i, d in enumerate(t.shape.dim):
+        if d.HasField("dim_value"):
+            out.append(int(d.dim_value))
+        else:
+            sym = d.dim_param or "?"
+            raise ModelError(f"{where}: dimension {i} is symbolic ({sym!r}); fix it with "
+                             f"--input-shape {vi.name}=" + ",".join(
+                                 str(x.dim_value) if x.HasField("dim_value") else "N" for x in t.shape.dim))
+    return tuple(out)
+
+
+def opset_version(model):
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return o.version
+    return 1
+
+
+def convert(model, input_shapes=None, name=None):
+    """onnx.ModelProto -> Graph. `input_shapes`: {input name: dims} for symbolic dims."""
+    onnx = _onnx()
+    fixed = dict(input_shapes or {})
+    g = model.graph
+    opset = opset_version(model)
+    for o in model.opset_import:
+        if o.domain not in ("", "ai.onnx") and any(n.domain == o.domain for n in g.node):
+            raise ModelError(f"model uses operator domain {o.domain!r}, which is not supported")
+    inits = {t.name: t for t in g.initializer}
+    unknown = sorted(set(fixed) - {i.name for i in g.input})
+    if unknown:
+        raise ModelError(f"--input-shape names {unknown[0]!r}, which is not an input of the model")
+    inputs = []
+    for vi in g.input:
+        if vi.name in inits:
+            continue  # before IR 4, initializers were listed as inputs too
+        where = f"input {vi.name!r}"
+        if not vi.type.HasField("tensor_type"):
+            raise ModelError(f"{where}: only tensor inputs are supported")
+        inputs.append(TensorInfo(vi.name, elem_dtype(vi.type.tensor_type.elem_type, where), _dims(vi, fixed, where)))
+    consumed = {i for n in g.node for i in n.input if i} | {o.name for o in g.output}
+    out = _Out(consumed)
+    for t in g.initializer:
+        dt, arr = _array(t, f"initializer {t.name!r}")
+        out.constants.append(Constant(t.name, dt, tuple(arr.shape), arr))
+    used_names = set()
+    for i, node in enumerate(g.node):
+        name = node.name or f"{node.op_type}_{i}"
+        while name in used_names:
+            name = f"{name}_{i}"
+        used_names.add(name)
+        if node.domain not in ("", "ai.onnx"):
+            raise ModelError(f"node {name!r}: operator {node.domain}.{node.op_type} is not supported")
+        if node.op_type == "Constant":
+            dt, arr = _constant_node(node, name)
+            out.constants.append(Constant(node.output[0], dt, tuple(arr.shape), np.asarray(arr, order="C")))
+            continue
+        conv = CONVERTERS.get(node.op_type)
+        if conv is None:
+            raise ModelError(f"node {name!r}: ONNX operator {node.op_type!r} is not supported "
+                             f"(supported: {', '.join(SUPPORTED_OPS)})")
+        try:
+            version = onnx.defs.get_schema(node.op_type, opset, node.domain or "").since_version
+        except Exception:
+            version = opset
+        c = _Ctx(node, name, version, out)
+        conv(c)
+        c.drop("consumed_inputs")
+        if c.attrs:
+            c.fail(f"attribute {sorted(c.attrs)[0]!r} is not supported")
+    outputs = tuple(o.name for o in g.output)
+    return Graph(name or g.name or "model", tuple(inputs), outputs, tuple(out.nodes), tuple(out.constants))
+
+
+def load(path, input_shapes=None):
+    """Read an .onnx file -> (Graph, digest)."""
+    onnx = _onnx()
+    if not os.path.isfile(path):
+        raise ModelError(f"cannot read model {path!r}: no such file")
+    try:
+        model = onnx.load(path)
+    except Exception as e:  # protobuf raises its own DecodeError, and more
+        raise ModelError(f"{path}: not a readable ONNX model: {e}") from None
+    graph = convert(model, input_shapes, name=os.path.splitext(os.path.basename(path))[0])
+    return graph, model_json.graph_digest(graph)

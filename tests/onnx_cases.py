@@ -1,0 +1,96 @@
+"""ONNX's own node tests as an outside oracle: load, select, run through aotplan and
+through onnxruntime. Shared by tests/test_onnx_node.py and scripts/onnx_node_report.py."""
+
+import functools
+import os
+
+import numpy as np
+
+# The ops the ONNX issue lists (plus Constant, which every front end folds away).
+LISTED_OPS = frozenset("""Conv BatchNormalization Relu Add Sum Mul Sub Div Concat Reshape Flatten Transpose MaxPool
+AveragePool GlobalAveragePool Gemm MatMul Softmax LRN Dropout Clip Sigmoid Tanh Erf Pow Sqrt Reciprocal Neg Exp Log
+Where Equal Cast Gather Slice Split Squeeze Unsqueeze Expand ReduceMean ReduceSum LayerNormalization Pad HardSigmoid
+HardSwish Einsum Identity Shape ConstantOfShape Constant""".split())
+
+SKIP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_node_skips.txt")
+
+
+@functools.lru_cache(maxsize=1)
+def all_cases():
+    import warnings
+
+    from onnx.backend.test.loader import load_node_model_tests
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tuple(load_node_model_tests())
+
+
+def case_ops(case):
+    return {n.op_type for n in case.model.graph.node}
+
+
+def supported_cases():
+    """Cases whose graphs use only the listed ops."""
+    return tuple(c for c in all_cases() if case_ops(c) <= LISTED_OPS)
+
+
+def skip_list():
+    """{case name: reason} from the committed skip list (`name: reason` per line)."""
+    out = {}
+    with open(SKIP_FILE) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                name, _, reason = line.partition(":")
+                out[name.strip()] = reason.strip()
+    return out
+
+
+def _feeds(case, inputs):
+    inits = {t.name for t in case.model.graph.initializer}
+    names = [i.name for i in case.model.graph.input if i.name not in inits]
+    return dict(zip(names, inputs))
+
+
+def compare(case, got, want):
+    """ONNX's own check: same dtype and shape, values within the case's rtol/atol."""
+    names = [o.name for o in case.model.graph.output]
+    for name, w in zip(names, want):
+        g = got[name]
+        w = np.asarray(w)
+        if g.dtype != w.dtype:
+            raise AssertionError(f"output {name!r}: dtype {g.dtype}, expected {w.dtype}")
+        if g.shape != w.shape:
+            raise AssertionError(f"output {name!r}: shape {g.shape}, expected {w.shape}")
+        if w.dtype.kind in "fc" or w.dtype.name == "bfloat16":
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=case.rtol, atol=case.atol,
+                                       err_msg=f"output {name!r}")
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=f"output {name!r}")
+
+
+def run_aotplan(case):
+    """Import -> compile -> codec -> executor -> compare. Raises on any difference."""
+    import executor
+    from aotplan import codec, model_json
+    from compiler import pipeline
+    from compiler.frontends import onnx_import
+
+    graph = onnx_import.convert(case.model, name=case.name)
+    plan = pipeline.compile_graph(graph, model_json.graph_digest(graph)).plan
+    sess = executor.Session(codec.decode(codec.encode(plan)), warmup=False)
+    for inputs, outputs in case.data_sets:
+        compare(case, sess.run(_feeds(case, inputs)), outputs)
+
+
+def run_onnxruntime(case):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(case.model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in case.model.graph.output]
+    for inputs, outputs in case.data_sets:
+        got = dict(zip(names, sess.run(names, _feeds(case, inputs))))
+        compare(case, got, outputs)
