@@ -72,6 +72,38 @@ def _fmt_bytes(n):
 
 # ------------------------------------------------------------------- compile
 
+def _parse_shapes(specs):
+    shapes = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = tuple(int(d) for d in dims.split(",")) if dims else ()
+            if any(d < 0 for d in shapes[name]):
+                raise ValueError
+        except ValueError:
+            raise AotplanError(f"--input-shape {spec!r}: expected NAME=D0,D1,... with non-negative integers") from None
+    return shapes
+
+
+def _load_model(model, input_shapes):
+    """model.json or .onnx -> (Graph, digest)."""
+    if model.lower().endswith(".onnx"):
+        from compiler.frontends import onnx_import
+
+        return onnx_import.load(model, _parse_shapes(input_shapes))
+    if input_shapes:
+        raise AotplanError("--input-shape applies to ONNX models; model.json shapes are already static")
+    from aotplan import model_json
+
+    return model_json.load(model)
+
+
+_INPUT_SHAPE_HELP = "For ONNX models: fix an input's shape, e.g. --input-shape input=1,3,224,224 (repeatable)."
+_PASS_NAMES = ("fold", "identity", "bn_fold", "cse", "dce")
+
+
 @main.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
@@ -80,14 +112,23 @@ def _fmt_bytes(n):
 @click.option("--weights", type=click.Choice(["pool", "arena"]), default=None,
               help="Where weights live: a read-only constant pool of typed device arrays (default) "
                    "or the arena's static region.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=_INPUT_SHAPE_HELP)
+@click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy",
+              help="Make a graph input a constant with these values (repeatable). Needed for inputs that decide "
+                   "shapes, such as an ONNX Reshape's shape fed as a graph input: plans have static shapes.")
+@click.option("--disable-pass", "disabled", multiple=True, type=click.Choice(_PASS_NAMES),
+              help="Switch off a graph clean-up pass (repeatable): constant folding, identity/dropout removal, "
+                   "batchnorm folding, common-subexpression and dead-code elimination.")
 @_handle_errors
-def compile_cmd(model, output, planner, weights):
-    """Compile MODEL (a model.json) into a frozen plan."""
+def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled):
+    """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     from aotplan import codec
     from aotplan.fileio import atomic_write
     from compiler import pipeline
 
-    opts = pipeline.Options(planner=planner or pipeline.DEFAULT_PLANNER, weights=weights or pipeline.DEFAULT_WEIGHTS)
+    assert _PASS_NAMES == pipeline.CLEANUP_PASSES
+    opts = pipeline.Options(planner=planner or pipeline.DEFAULT_PLANNER, weights=weights or pipeline.DEFAULT_WEIGHTS,
+                            disabled=frozenset(disabled))
     bar = {}
 
     def on_start(n):
@@ -95,7 +136,14 @@ def compile_cmd(model, output, planner, weights):
         bar["b"].__enter__()
 
     try:
-        res = pipeline.compile_file(model, opts, progress=lambda k: bar["b"].update(k), on_start=on_start)
+        graph, digest = _load_model(model, input_shapes)
+        if frozen:
+            from aotplan import model_json
+            from compiler.passes import fold
+
+            graph = fold.freeze_inputs(graph, dict(_load_npy(s) for s in frozen))
+            digest = model_json.graph_digest(graph)
+        res = pipeline.compile_graph(graph, digest, opts, progress=lambda k: bar["b"].update(k), on_start=on_start)
     finally:
         if "b" in bar:
             bar["b"].__exit__(None, None, None)
@@ -116,6 +164,37 @@ def compile_cmd(model, output, planner, weights):
                f"naive {_fmt_bytes(m.naive_bytes)}; constant pool {_fmt_bytes(m.constant_pool_bytes)}; "
                f"max workspace {_fmt_bytes(m.max_workspace_bytes)}")
     click.echo(f"  device memory per step: {_fmt_bytes(m.step_device_bytes)}; compile time {res.seconds:.2f} s")
+
+
+# ------------------------------------------------------------------- import
+
+@main.group("import")
+def import_group():
+    """Convert a model from another format into model.json + weights."""
+
+
+@import_group.command("onnx")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="model.json to write.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=_INPUT_SHAPE_HELP)
+@_handle_errors
+def import_onnx(model, output, input_shapes):
+    """Convert an ONNX MODEL to model.json (weights in an .npz beside it).
+
+    Needs the onnx package: pip install 'aotplan[onnx]'.
+    """
+    from aotplan import model_json
+    from compiler.frontends import onnx_import
+
+    graph, _ = onnx_import.load(model, _parse_shapes(input_shapes))
+    stem = os.path.splitext(os.path.basename(output))[0]
+    weights = f"{stem}.weights.npz"
+    try:
+        model_json.save(graph, output, weights_file=weights)
+    except OSError as e:
+        raise AotplanError(f"cannot write {output!r}: {e.strerror}") from None
+    click.echo(f"imported {model} -> {output} ({len(graph.nodes)} nodes, {len(graph.constants)} constants; "
+               f"weights in {weights})")
 
 
 # ------------------------------------------------------------------- replay
@@ -224,6 +303,7 @@ def plan_summary(plan, path):
     m, p = plan.memory, plan.provenance
     return {
         "path": path, "launch_mode": plan.launch_mode, "weights": plan.weights, "planner": plan.planner,
+        "passes": list(plan.passes),
         "alignment": plan.alignment,
         "memory": {"arena_bytes": m.arena_bytes, "lower_bound_bytes": m.lower_bound_bytes,
                    "naive_bytes": m.naive_bytes, "constant_pool_bytes": m.constant_pool_bytes,
@@ -261,7 +341,7 @@ def inspect(plan_path, as_json):
     click.echo(f"plan {plan_path}: model {p['model_name']!r} (digest {p['model_digest'][:12]}), "
                f"aotplan {p['aotplan_version']}, jax {p['jax_version']}, platforms {', '.join(p['platforms'])}")
     click.echo(f"launch mode {s['launch_mode']}, weights in {s['weights']}, planner {s['planner']}, "
-               f"alignment {s['alignment']} B")
+               f"alignment {s['alignment']} B, passes {', '.join(s['passes']) or 'none'}")
     click.echo(f"memory: arena {m['arena_bytes']} B, lower bound {m['lower_bound_bytes']} B, naive "
                f"{m['naive_bytes']} B, constant pool {m['constant_pool_bytes']} B, max workspace "
                f"{m['max_workspace_bytes']} B -> {m['step_device_bytes']} B per step")

@@ -58,6 +58,7 @@ def encode_payload(plan):
         "launch_mode": plan.launch_mode,
         "weights": plan.weights,
         "planner": plan.planner,
+        "passes": list(plan.passes),
         "alignment": plan.alignment,
         "arena_bytes": plan.arena_bytes,
         "tensors": [_tensor(t) for t in plan.tensors],
@@ -173,7 +174,8 @@ def decode_payload(payload):
         _check(p, str, f"provenance.platforms[{i}]")
     return Plan(
         launch_mode=_get(m, "launch_mode", str), weights=_get(m, "weights", str),
-        planner=_get(m, "planner", str), alignment=_get(m, "alignment", int),
+        planner=_get(m, "planner", str), passes=_strs(_get(m, "passes", list), "passes"),
+        alignment=_get(m, "alignment", int),
         arena_bytes=_get(m, "arena_bytes", int),
         tensors=tuple(_decode_tensor(r, i) for i, r in enumerate(_get(m, "tensors", list))),
         constants=tuple(consts),

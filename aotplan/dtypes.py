@@ -1,11 +1,13 @@
 """The dtypes aotplan accepts, and how each is stored on the device.
 
 Policy (docs/design.md, "Dtypes"):
-- float32, float16, bfloat16 (ml_dtypes), int8, uint8, int32 are stored as themselves.
-- bool is stored as one byte (0 or 1).
-- int64 is *narrowed* to int32 on the device: JAX runs with x64 off, and the executor
-  must not flip a process-wide switch. Constants are range-checked when compiling;
-  inputs are range-checked on every feed; int64 outputs are widened back on the host.
+- float32, float16, bfloat16 (ml_dtypes), int8, uint8, int16, uint16, int32, uint32 are
+  stored as themselves; bool is stored as one byte (0 or 1).
+- The 64-bit types are *narrowed* on the device: int64 -> int32, uint64 -> uint32,
+  float64 -> float32. JAX runs with x64 off, and the executor must not flip a
+  process-wide switch. Integer constants are range-checked when compiling and integer
+  inputs on every feed; a float64 value beyond float32's range is refused the same
+  way; float64 arithmetic has float32 precision. Outputs are widened back on the host.
 """
 
 import ml_dtypes
@@ -22,13 +24,19 @@ DTYPES = {
     "int32": np.dtype(np.int32),
     "int64": np.dtype(np.int64),
     "bool": np.dtype(np.bool_),
+    "int16": np.dtype(np.int16),
+    "uint16": np.dtype(np.uint16),
+    "uint32": np.dtype(np.uint32),
+    "uint64": np.dtype(np.uint64),
+    "float64": np.dtype(np.float64),
 }
 
+NARROWED = {"int64": "int32", "uint64": "uint32", "float64": "float32"}
 # logical dtype -> the dtype the device holds
-STORAGE = {name: ("int32" if name == "int64" else name) for name in DTYPES}
+STORAGE = {name: NARROWED.get(name, name) for name in DTYPES}
 
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
-INT_DTYPES = ("int8", "uint8", "int32", "int64")
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -63,20 +71,25 @@ def dtype_name(dt):
 
 
 def to_storage(array, logical, where):
-    """Convert a host array of dtype `logical` to its storage dtype.
-
-    int64 -> int32 after a range check that names `where`; everything else unchanged.
-    """
-    if logical != "int64":
-        return np.asarray(array, dtype=DTYPES[logical], order="C")
-    a = np.asarray(array, dtype=np.int64)
-    if a.size and (a.min() < INT32_MIN or a.max() > INT32_MAX):
-        bad = a.min() if a.min() < INT32_MIN else a.max()
-        raise LimitError(
-            f"{where}: int64 value {int(bad)} is outside the int32 range that aotplan stores "
-            f"int64 as ([{INT32_MIN}, {INT32_MAX}])"
-        )
-    return np.asarray(a.astype(np.int32), order="C")
+    """Convert a host array of dtype `logical` to its storage dtype: the 64-bit types are
+    narrowed after a range check that names `where`; everything else is unchanged."""
+    a = np.asarray(array, dtype=DTYPES[logical], order="C")
+    if logical not in NARROWED:
+        return a
+    store = STORAGE[logical]
+    if logical == "float64":
+        lim = float(np.finfo(np.float32).max)
+        big = np.isfinite(a) & (np.abs(a) > lim)
+        if big.any():
+            raise LimitError(f"{where}: float64 value {a[big].flat[0]!r} is beyond the float32 range that aotplan "
+                             f"computes float64 in (|x| <= {lim:g})")
+    else:
+        info = np.iinfo(DTYPES[store])
+        if a.size and (a.min() < info.min or a.max() > info.max):
+            bad = a.min() if a.min() < info.min else a.max()
+            raise LimitError(f"{where}: {logical} value {int(bad)} is outside the {store} range that aotplan "
+                             f"stores {logical} as ([{info.min}, {info.max}])")
+    return np.asarray(a.astype(DTYPES[store]), order="C")
 
 
 def from_storage(array, logical):

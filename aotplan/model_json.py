@@ -262,7 +262,8 @@ def to_doc(graph, weights_file="weights.npz", inline_max=16):
     """Graph -> (model.json document, {name: array to store in the npz})."""
     stored, wt, inline = {}, [], []
     for c in graph.constants:
-        if c.data.size <= inline_max and c.dtype != "bfloat16":
+        finite = c.dtype not in dtypes.FLOAT_DTYPES or bool(np.all(np.isfinite(c.data.astype(np.float32))))
+        if c.data.size <= inline_max and c.dtype != "bfloat16" and finite:
             inline.append({"name": c.name, "dtype": c.dtype, "shape": list(c.shape), "value": c.data.tolist()})
         else:
             wt.append({"name": c.name, "dtype": c.dtype, "shape": list(c.shape)})

@@ -95,6 +95,7 @@ class Plan:
     launch_mode: str
     weights: str
     planner: str
+    passes: tuple  # the optional graph clean-up passes that ran, in order
     alignment: int
     arena_bytes: int
     tensors: tuple

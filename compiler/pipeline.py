@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from aotplan import debug, model_json, verify
 from aotplan.plan import WEIGHT_PLACEMENTS
 from aotplan.errors import ModelError
-from compiler.passes import emit, fold, infer, liveness, lower, plan_memory, schedule, validate
+from compiler.passes import (
+    bn_fold, cse, dce, emit, fold, identity, infer, liveness, lower, plan_memory, schedule, validate,
+)
+
+# Optional graph clean-up passes, in the order they run; each can be switched off.
+# ("fold" off still binds static inputs and evaluates what they need: see passes/fold.py.)
+CLEANUP_PASSES = ("fold", "identity", "bn_fold", "cse", "dce")
 
 DEFAULT_PLANNER = "greedy_by_size"
 DEFAULT_WEIGHTS = "pool"
@@ -21,7 +27,10 @@ DEFAULT_WEIGHTS = "pool"
 class Options:
     planner: str = DEFAULT_PLANNER
     weights: str = DEFAULT_WEIGHTS  # "pool" | "arena" (see docs/design.md, "Weights")
-    fold_constants: bool = True
+    disabled: frozenset = frozenset()  # names from CLEANUP_PASSES to skip
+
+    def runs(self, name):
+        return name not in self.disabled
 
 
 @dataclass(frozen=True)
@@ -35,8 +44,16 @@ def prepare(graph, options=Options()):
     """The front half, shared with `compiler.reference`: -> (graph, order, info)."""
     graph = validate.run(graph)
     debug.log(1, f"validate: {len(graph.nodes)} nodes, {len(graph.inputs)} inputs, {len(graph.constants)} constants")
-    graph, stats = fold.run(graph, options.fold_constants)
+    unknown = sorted(options.disabled - set(CLEANUP_PASSES))
+    if unknown:
+        raise ModelError(f"unknown pass {unknown[0]!r} (passes: {', '.join(CLEANUP_PASSES)})")
+    graph, stats = fold.run(graph, options.runs("fold"))
     debug.log(1, f"fold: {stats.bound} static inputs bound, {stats.folded} nodes folded into constants")
+    for name, p in (("identity", identity), ("bn_fold", bn_fold), ("cse", cse), ("dce", dce)):
+        if options.runs(name):
+            n_before = len(graph.nodes)
+            graph, changed = p.run(graph)
+            debug.log(1, f"{name}: {changed} changes, nodes {n_before} -> {len(graph.nodes)}")
     graph = validate.run(graph)  # a folded output is now a constant: give it its copy
     order = schedule.run(graph)
     info = infer.run(graph, order)
@@ -64,7 +81,8 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
         on_start(len(order))
     lowered = lower.run(order, live, mem, graph.outputs, progress)
     debug.log(1, f"lower: {len(lowered[0])} kernels")
-    plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights)
+    passes = tuple(p for p in CLEANUP_PASSES if options.runs(p))
+    plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes)
     verify.verify(plan)
     return Result(plan, time.perf_counter() - t0, len(order))
 

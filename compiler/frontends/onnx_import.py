@@ -31,7 +31,8 @@ def _onnx():
 
 
 # ONNX TensorProto element types -> our dtype names (others are unsupported)
-_ELEM = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "float16", 16: "bfloat16"}
+_ELEM = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
+         10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
 
 
 def elem_dtype(elem, where):
@@ -254,8 +255,14 @@ def _constant_of_shape(c):
 
 
 def _layernorm(c):
-    c.drop("stash_type")
-    c.emit("layernorm", c.inputs, c.single_output(), **c.take("axis", "epsilon"))
+    if c.attrs.pop("stash_type", 1) != 1:
+        c.fail("stash_type other than 1 (float32 statistics) is not supported")
+    outs = list(c.outputs)
+    while outs and not outs[-1]:
+        outs.pop()
+    if "" in outs:  # Mean omitted but InvStdDev wanted: compute both, ignore Mean
+        outs[outs.index("")] = f"{c.name}:mean"
+    c.emit("layernorm", c.inputs, outs, **c.take("axis", "epsilon"))
 
 
 def _lrn(c):

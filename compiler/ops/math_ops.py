@@ -21,7 +21,7 @@ from compiler.ops.registry import (
     fail, flag_attr, float_attr, fmt, int_attr, int_list, norm_axis, register, require_float, same_dtype,
 )
 
-SIGNED_INT_DTYPES = ("int8", "int32", "int64")
+SIGNED_INT_DTYPES = ("int8", "int16", "int32", "int64")
 NUMERIC_DTYPES = dtypes.FLOAT_DTYPES + dtypes.INT_DTYPES
 
 

@@ -49,7 +49,7 @@ register("matmul", (2, 2))((_matmul_infer, lambda node, a, b: (jnp.matmul(a, b),
 def _gemm_infer(node, ins):
     a, b = ins[0], ins[1]
     dt = same_dtype(node, ins)
-    if dt not in dtypes.FLOAT_DTYPES + ("int32", "int64"):
+    if dt not in dtypes.FLOAT_DTYPES + ("int32", "int64", "uint32", "uint64"):
         fail(node, f"gemm of {dt} is not supported")
     if len(a.shape) != 2 or len(b.shape) != 2:
         fail(node, f"gemm needs 2-D A and B, got {fmt(a)} and {fmt(b)}")
@@ -118,22 +118,26 @@ def _layernorm_infer(node, ins):
         except ValueError:
             fail(node, f"scale/bias {fmt(t)} does not broadcast to the normalized shape {list(norm_shape)}")
     float_attr(node, "epsilon", 1e-5, minimum=0.0)
-    return [(x.dtype, x.shape)]
+    if len(node.outputs) > 3:
+        fail(node, f"has at most 3 outputs (y, mean, inv_std_dev), got {len(node.outputs)}")
+    stat = x.shape[:axis] + (1,) * (len(x.shape) - axis)  # ONNX: statistics in float32 (stash_type 1)
+    return [(x.dtype, x.shape)] + [("float32", stat)] * (len(node.outputs) - 1)
 
 
 def _layernorm(node, x, scale, bias=None):
     axis = node.attr("axis", -1) % x.ndim
     axes = tuple(range(axis, x.ndim))
-    xf = _f32(x)
+    xf = x.astype(jnp.float32) if x.dtype != jnp.float64 else x
     mean = jnp.mean(xf, axis=axes, keepdims=True)
     var = jnp.mean(jnp.square(xf - mean), axis=axes, keepdims=True)
-    y = (xf - mean) * lax.rsqrt(var + float(node.attr("epsilon", 1e-5))) * _f32(scale)
+    inv = lax.rsqrt(var + float(node.attr("epsilon", 1e-5)))
+    y = (xf - mean) * inv * _f32(scale)
     if bias is not None:
         y = y + _f32(bias)
-    return (y.astype(x.dtype),)
+    return (y.astype(x.dtype), mean.astype(jnp.float32), inv.astype(jnp.float32))[:len(node.outputs)]
 
 
-register("layernorm", (2, 3), ('axis', 'epsilon'))((_layernorm_infer, _layernorm))
+register("layernorm", (2, 3), ('axis', 'epsilon'), n_outputs=None)((_layernorm_infer, _layernorm))
 
 
 def _batchnorm_infer(node, ins):

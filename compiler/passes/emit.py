@@ -9,7 +9,7 @@ from aotplan import dtypes, formats
 from aotplan.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanTensor, Provenance
 
 
-def run(graph, output_names, digest, liveness, mem, lowered, weights, launch_mode="kernel"):
+def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, launch_mode="kernel"):
     kernels, launches, in_k, out_k, place_k, platforms = lowered
     recs, idx = liveness.tensors, liveness.index()
     tensors = tuple(
@@ -24,7 +24,7 @@ def run(graph, output_names, digest, liveness, mem, lowered, weights, launch_mod
     memory = MemoryStats(mem.arena_bytes, mem.lower_bound_bytes, mem.naive_bytes, pool_bytes,
                          max((k.workspace_bytes for k in kernels), default=0))
     return Plan(
-        launch_mode=launch_mode, weights=weights, planner=mem.planner, alignment=formats.ALIGNMENT,
+        launch_mode=launch_mode, weights=weights, planner=mem.planner, passes=tuple(passes), alignment=formats.ALIGNMENT,
         arena_bytes=mem.arena_bytes, tensors=tensors, constants=constants,
         kernels=tuple(PlanKernel(k.name, k.exported, k.workspace_bytes, k.pool_args) for k in kernels),
         launches=tuple(Launch(k, node, *liveness.steps[s]) for s, (k, node) in enumerate(launches)),

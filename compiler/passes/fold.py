@@ -61,6 +61,45 @@ def run(graph, fold_constants=True):
     return g, FoldStats(bound, folded)
 
 
+def static_graph_inputs(graph):
+    """Graph inputs whose values decide shapes (they reach some static input). aotplan
+    compiles for static shapes: such inputs must be frozen to constants first."""
+    made_by = {o: n for n in graph.nodes for o in n.outputs}
+    inputs = {t.name for t in graph.inputs}
+    want = [n.inputs[p] for n in graph.nodes for p, _ in ops.get(n.op).static_inputs
+            if p < len(n.inputs) and n.inputs[p]]
+    seen, found = set(), set()
+    while want:
+        t = want.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in inputs:
+            found.add(t)
+        elif t in made_by:
+            want.extend(i for i in made_by[t].inputs if i)
+    return sorted(found)
+
+
+def freeze_inputs(graph, values):
+    """Turn graph inputs into constants with the given values (checked against their
+    declared dtype and shape)."""
+    from aotplan.errors import FeedError
+
+    consts = []
+    for t in graph.inputs:
+        if t.name in values:
+            v = np.asarray(values[t.name])
+            if v.dtype != dtypes.np_dtype(t.dtype) or tuple(v.shape) != t.shape:
+                raise FeedError(f"frozen input {t.name!r}: expected {t.dtype}{list(t.shape)}, got {v.dtype}{list(v.shape)}")
+            consts.append(Constant(t.name, t.dtype, t.shape, v))
+    unknown = sorted(set(values) - {t.name for t in graph.inputs})
+    if unknown:
+        raise ModelError(f"cannot freeze {unknown[0]!r}: it is not a graph input")
+    return dataclasses.replace(graph, inputs=tuple(t for t in graph.inputs if t.name not in values),
+                               constants=graph.constants + tuple(consts))
+
+
 def _static_closure(graph, order):
     """Names of the nodes whose values some static input needs."""
     made_by = {o: n for n in order for o in n.outputs}
@@ -89,7 +128,7 @@ def _bind(node, op, consts):
         c = consts.get(name)
         if c is None:
             raise ModelError(f"node {node.name!r} ({node.op}): input {name!r} ({static[p]}) must be known at compile "
-                             f"time, but it depends on a graph input")
+                             f"time, but it depends on a graph input (freeze it: --freeze-input NAME=FILE.npy)")
         attrs[static[p]] = c.data.item() if c.data.ndim == 0 else c.data.tolist()
         n += 1
     return dataclasses.replace(node, inputs=tuple(inputs), attrs=freeze(attrs)), n

@@ -1,0 +1,144 @@
+"""Graph clean-up passes: each on literal graphs with exact expectations, each with its
+off switch, and outputs within tolerance with every pass on or off."""
+
+import numpy as np
+import pytest
+
+from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from compiler import pipeline, reference
+from compiler.passes import bn_fold, cse, dce, fold, identity
+from conftest import EXAMPLE_NAMES, compile_and_load, random_feeds
+
+R = np.random.default_rng(11)
+
+
+def c(name, a):
+    a = np.asarray(a)
+    return Constant(name, {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64"}[a.dtype], a.shape, a)
+
+
+def N(name, op, ins, outs=None, **attrs):
+    return Node(name, op, tuple(ins), tuple(outs or [name]), freeze(attrs))
+
+
+X = TensorInfo("x", "float32", (2, 3, 6, 6))
+
+
+def test_identity_removed_and_output_renamed():
+    g = Graph("g", (X,), ("out",), (N("r", "relu", ["x"]), N("i1", "identity", ["r"]), N("t", "tanh", ["i1"]),
+                                    N("i2", "identity", ["t"], ["out"])), ())
+    g2, n = identity.run(g)
+    assert n == 2 and [(m.op, m.inputs, m.outputs) for m in g2.nodes] == [
+        ("relu", ("x",), ("r",)), ("tanh", ("r",), ("out",))]
+
+
+def test_identity_of_input_kept_for_an_output():
+    g = Graph("g", (X,), ("out",), (N("i", "identity", ["x"], ["out"]),), ())
+    assert identity.run(g)[1] == 0
+
+
+def test_dce_drops_dead_nodes_and_constants():
+    g = Graph("g", (X,), ("a",), (N("a", "relu", ["x"]), N("dead", "mul", ["x", "w"]), N("dead2", "tanh", ["dead"])),
+              (c("w", np.float32(2)), c("unused", np.float32(1))))
+    g2, n = dce.run(g)
+    assert [m.name for m in g2.nodes] == ["a"] and g2.constants == () and n == 4
+
+
+def test_cse_merges_nodes_and_constants_but_not_outputs():
+    g = Graph("g", (X,), ("s", "r2"), (N("m1", "mul", ["x", "w1"]), N("m2", "mul", ["x", "w2"]),
+                                       N("s", "add", ["m1", "m2"]), N("r1", "relu", ["x"]), N("r2", "relu", ["x"])),
+              (c("w1", np.float32(3)), c("w2", np.float32(3))))
+    g2, n = cse.run(g)
+    assert [m.name for m in g2.nodes] == ["m1", "s", "r1", "r2"]  # r2 is an output: kept
+    assert g2.nodes[1].inputs == ("m1", "m1") and [k.name for k in g2.constants] == ["w1"] and n == 2
+
+
+def conv_bn_graph(bias=True):
+    w = R.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    consts = [c("w", w), c("s", R.random(4).astype(np.float32) + 0.5), c("b", R.standard_normal(4).astype(np.float32)),
+              c("m", R.standard_normal(4).astype(np.float32)), c("v", R.random(4).astype(np.float32) + 0.5)]
+    ins = ["x", "w"] + (["cb"] if bias else [])
+    if bias:
+        consts.append(c("cb", R.standard_normal(4).astype(np.float32)))
+    return Graph("g", (X,), ("y",), (N("conv", "conv2d", ins, ["h"], pads=[1, 1, 1, 1]),
+                                     N("bn", "batchnorm", ["h", "s", "b", "m", "v"], ["y"], epsilon=1e-3)),
+                 tuple(consts))
+
+
+def gemm_bn_graph(trans_b, with_c, beta):
+    b = R.standard_normal((5, 4) if trans_b else (4, 5)).astype(np.float32)
+    consts = [c("B", b), c("s", R.random(5).astype(np.float32) + 0.5), c("t", R.standard_normal(5).astype(np.float32)),
+              c("m", R.standard_normal(5).astype(np.float32)), c("v", R.random(5).astype(np.float32) + 0.5)]
+    if with_c:
+        consts.append(c("C", R.standard_normal(5).astype(np.float32)))
+    ins = ["a", "B"] + (["C"] if with_c else [])
+    return Graph("g", (TensorInfo("a", "float32", (3, 4)),), ("y",),
+                 (N("fc", "gemm", ins, ["h"], trans_b=trans_b, beta=beta),
+                  N("bn", "batchnorm", ["h", "s", "t", "m", "v"], ["y"])), tuple(consts))
+
+
+@pytest.mark.parametrize("graph", [conv_bn_graph(True), conv_bn_graph(False), gemm_bn_graph(0, True, 1.0),
+                                   gemm_bn_graph(1, True, 0.5), gemm_bn_graph(1, False, 1.0)],
+                         ids=["conv+bias", "conv", "gemm", "gemm-transB-beta", "gemm-noC"])
+def test_bn_fold_exact_numbers(graph):
+    g2, n = bn_fold.run(graph)
+    assert n == 1 and [m.op for m in g2.nodes] == [graph.nodes[0].op]
+    feeds = random_feeds(graph, 4)
+    on = reference.evaluate(graph, feeds)
+    off = reference.evaluate(graph, feeds, pipeline.Options(disabled=frozenset({"bn_fold"})))
+    np.testing.assert_allclose(on["y"], off["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_bn_fold_skips_shared_conv_output():
+    g = conv_bn_graph()
+    g = Graph(g.name, g.inputs, ("y", "h"), g.nodes, g.constants)  # conv output is also an output
+    assert bn_fold.run(g)[1] == 0
+
+
+def test_fold_shape_chain_into_reshape():
+    """shape -> gather -> concat -> reshape: folding leaves one launch."""
+    g = Graph("g", (X,), ("y",), (
+        N("sh", "shape", ["x"]), N("g0", "gather", ["sh", "i0"], axis=0),
+        N("cat", "concat", ["g0", "minus1"], axis=0), N("y", "reshape", ["x", "cat"])),
+        (c("i0", np.array([0], np.int64)), c("minus1", np.array([-1], np.int64))))
+    g2, stats = fold.run(g, fold_constants=True)
+    assert [m.op for m in g2.nodes] == ["reshape"] and g2.nodes[0].attr("shape") == (2, -1)
+    assert stats.folded == 3 and stats.bound == 1
+    # off: the chain that decides the shape is still evaluated (it must be), nothing else is
+    g3, stats = fold.run(Graph("g", (X,), ("y", "z"), g.nodes + (N("z", "mul", ["two", "two"]),),
+                               g.constants + (c("two", np.float32(2)),)), fold_constants=False)
+    assert [m.op for m in g3.nodes] == ["reshape", "mul"]
+
+
+def test_static_input_fed_by_graph_input_is_a_clear_error_and_freezable():
+    from aotplan.errors import ModelError
+
+    g = Graph("g", (X, TensorInfo("s", "int64", (2,))), ("y",), (N("y", "reshape", ["x", "s"]),), ())
+    with pytest.raises(ModelError, match=r"node 'y' \(reshape\): input 's' \(shape\) must be known at compile time"):
+        fold.run(g)
+    assert fold.static_graph_inputs(g) == ["s"]
+    g2 = fold.freeze_inputs(g, {"s": np.array([6, -1], np.int64)})
+    _, sess = compile_and_load(g2)
+    x = random_feeds(g2)["x"]
+    np.testing.assert_array_equal(sess.run({"x": x})["y"], x.reshape(6, -1))
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+@pytest.mark.parametrize("off", [(), ("fold",), ("identity",), ("bn_fold",), ("cse",), ("dce",), pipeline.CLEANUP_PASSES])
+def test_examples_same_with_each_pass_off(examples, name, off):
+    graph = examples[name][0]
+    feeds = random_feeds(graph, 9)
+    want = examples[name][2].run(feeds)
+    got = reference.evaluate(graph, feeds, pipeline.Options(disabled=frozenset(off)))
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+def test_plan_records_passes_and_all_off_still_matches(examples):
+    graph, plan, sess = examples["cnn"]
+    assert plan.passes == pipeline.CLEANUP_PASSES
+    assert len(plan.launches) < len(graph.nodes)  # batchnorms folded into their convs
+    plan_off, sess_off = compile_and_load(graph, disabled=frozenset(pipeline.CLEANUP_PASSES))
+    assert plan_off.passes == () and len(plan_off.launches) == len(graph.nodes)
+    feeds = random_feeds(graph, 5)
+    np.testing.assert_allclose(sess_off.run(feeds)["fc"], sess.run(feeds)["fc"], rtol=1e-5, atol=1e-5)
