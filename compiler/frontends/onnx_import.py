@@ -102,8 +102,9 @@ class _Ctx:
         for k in keys:
             self.attrs.pop(k, None)
 
-    def emit(self, op, inputs, outputs, **attrs):
-        self._out.nodes.append(Node(self.name, op, tuple(inputs), tuple(outputs), freeze(attrs)))
+    def emit(self, op, inputs, outputs, suffix="", **attrs):
+        """Add a node; a converter that emits several gives each a distinct `suffix`."""
+        self._out.nodes.append(Node(self.name + suffix, op, tuple(inputs), tuple(outputs), freeze(attrs)))
 
     def single_output(self, keep=1):
         """ONNX ops with optional extra outputs we do not compute: fine if nobody reads them."""
@@ -176,7 +177,10 @@ def _dropout(c):
     if len(c.inputs) > 2 and c.inputs[2]:
         c.fail("a training_mode input is not supported (inference only)")
     c.drop("ratio", "seed")
-    c.emit("identity", c.inputs[:1], c.single_output())
+    c.emit("identity", c.inputs[:1], c.outputs[:1])
+    if len(c.outputs) > 1 and c.outputs[1]:  # in inference the mask keeps everything
+        c.emit("shape", c.inputs[:1], [f"{c.name}:shape"], suffix=":shape")
+        c.emit("constant_of_shape", [f"{c.name}:shape"], c.outputs[1:2], suffix=":mask", value=True, dtype="bool")
 
 
 def _gemm(c):

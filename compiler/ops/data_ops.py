@@ -257,7 +257,7 @@ register("expand", (1, 1), static_inputs=((1, "shape"),))((
 
 # ---------------------------------------------------------------- pad
 
-PAD_MODES = ("constant", "reflect", "edge")
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
 
 
 def _pad_params(node, shape):
@@ -283,7 +283,7 @@ def _pad_params(node, shape):
             fail(node, f"pads {list(pads)} crop more than dimension {ax} of input {list(shape)} holds")
         widths[ax] = (lo, hi)
         grow = max(lo, hi, 0)
-        if mode == "edge" and grow and cropped == 0:
+        if mode in ("edge", "wrap") and grow and cropped == 0:
             fail(node, f"edge padding of the empty dimension {ax} of input {list(shape)}")
         if mode == "reflect" and grow and grow > cropped - 1:
             fail(node, f"reflect pads {list(pads)} must be smaller than dimension {ax} of input {list(shape)} "

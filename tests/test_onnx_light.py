@@ -1,0 +1,93 @@
+"""Real architectures from the onnx wheel, with seeded well-conditioned random weights,
+through import -> compile -> replay, against onnxruntime on the same inputs; some also
+after onnx.version_converter to newer opsets. The large ones are in the slow tier."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import onnx_light  # noqa: E402
+
+FAST = ("squeezenet", "resnet50", "shufflenet", "inception_v1")
+SLOW = ("densenet121", "inception_v2", "bvlc_alexnet", "zfnet512", "vgg19")
+RTOL, ATOL = 1e-4, 1e-6
+
+
+def compile_model(model, name):
+    import executor
+    from aotplan import codec, model_json
+    from compiler import pipeline
+    from compiler.frontends import onnx_import
+
+    graph = onnx_import.convert(model, name=name)
+    plan = pipeline.compile_graph(graph, model_json.graph_digest(graph)).plan
+    return plan, executor.Session(codec.decode(codec.encode(plan)), warmup=False)
+
+
+_compiled = {}
+
+
+def compiled(name):
+    if name not in _compiled:
+        m = onnx_light.load_randomized(name)
+        _compiled[name] = (m,) + compile_model(m, name)
+    return _compiled[name]
+
+
+def check_against_onnxruntime(model, sess, n_inputs=3):
+    xs = onnx_light.sample_inputs(onnx_light.input_shape(model), n_inputs)
+    ort_sess, _ = onnx_light.run_onnxruntime(model, xs[0])
+    name = onnx_light.data_input(model).name
+    outs = []
+    for x in xs:
+        want = ort_sess.run(None, {name: x})[0]
+        got = next(iter(sess.run({name: x}).values()))
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+        outs.append(want.reshape(-1))
+    return outs
+
+
+def check_conditioned(model):
+    """The oracle is only worth something if the outputs depend on the input."""
+    xs = onnx_light.sample_inputs(onnx_light.input_shape(model), 8)
+    sess, _ = onnx_light.run_onnxruntime(model, xs[0])
+    probs = [sess.run(None, {onnx_light.data_input(model).name: x})[0].reshape(-1) for x in xs]
+    assert all(np.isfinite(p).all() for p in probs)
+    assert len({int(p.argmax()) for p in probs}) >= 2, "argmax is the same for every input"
+    assert max(float(p.max()) for p in probs) < 0.99, "softmax saturated"
+    assert min(float(np.log(p + 1e-30).std()) for p in probs) > 0.01, "softmax flat"
+
+
+def run(name):
+    model, plan, sess = compiled(name)
+    check_conditioned(model)
+    check_against_onnxruntime(model, sess)
+    assert plan.memory.lower_bound_bytes <= plan.memory.arena_bytes < plan.memory.naive_bytes
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_light_model_matches_onnxruntime(name):
+    run(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SLOW)
+def test_light_model_matches_onnxruntime_slow(name):
+    run(name)
+    _compiled.pop(name, None)  # free the big ones
+
+
+@pytest.mark.parametrize("name,opset", [("squeezenet", 11), ("squeezenet", 13), ("squeezenet", 17),
+                                        ("resnet50", 13), ("shufflenet", 17)])
+def test_converted_opsets_match_onnxruntime(name, opset):
+    from onnx import helper, version_converter
+
+    base = onnx.ModelProto()
+    base.CopyFrom(onnx_light.load_randomized(name))
+    # the converter wants initializers listed as graph inputs too (as IR 3 models did)
+    base.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in base.graph.initializer)
+    model = version_converter.convert_version(base, opset)
+    _, sess = compile_model(model, f"{name}_opset{opset}")
+    check_against_onnxruntime(model, sess, n_inputs=2)
