@@ -89,10 +89,9 @@ def _temper_logits(m, target_std=2.0):
 
     g = m.graph
     soft = next((n for n in g.node if n.op_type == "Softmax"), None)
-    if soft is None:
-        return
+    logits = soft.input[0] if soft is not None else g.output[0].name  # densenet121 ends in logits
     made_by = {o: n for n in g.node for o in n.output}
-    n = made_by[soft.input[0]]
+    n = made_by[logits]
     while n.op_type in ("Relu", "GlobalAveragePool", "AveragePool", "Reshape", "Flatten", "Dropout"):
         n = made_by[n.input[0]]
     if n.op_type not in ("Gemm", "Conv"):
@@ -100,7 +99,7 @@ def _temper_logits(m, target_std=2.0):
     probe = onnx.ModelProto()
     probe.CopyFrom(m)
     del probe.graph.output[:]
-    probe.graph.output.append(helper.make_tensor_value_info(soft.input[0], onnx.TensorProto.FLOAT, None))
+    probe.graph.output.append(helper.make_tensor_value_info(logits, onnx.TensorProto.FLOAT, None))
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])

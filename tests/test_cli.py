@@ -107,7 +107,7 @@ BAD_MODELS = {
     "wrong version": (lambda d: d.update(version=9), r"model.json.version: version 9 is not supported"),
     "no outputs": (lambda d: d.update(outputs=[]), r"model has no outputs"),
     "unknown attribute": (lambda d: _node(d, "probs")["attrs"].update(axes=1),
-                          r"node 'probs' \(softmax\): unknown attribute 'axes' \(accepted: axis\)"),
+                          r"node 'probs' \(softmax\): unknown attribute 'axes' \(accepted: axis, legacy_flatten\)"),
     "arity": (lambda d: _node(d, "relu1")["inputs"].append("x"), r"node 'relu1' \(relu\): takes 1 inputs, got 2"),
 }
 
