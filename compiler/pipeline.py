@@ -8,7 +8,7 @@
 import time
 from dataclasses import dataclass
 
-from aotplan import debug, model_json, verify
+from aotplan import debug, verify
 from aotplan.plan import WEIGHT_PLACEMENTS
 from aotplan.errors import ModelError
 from compiler.passes import (
@@ -85,8 +85,3 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes)
     verify.verify(plan)
     return Result(plan, time.perf_counter() - t0, len(order))
-
-
-def compile_file(path, options=Options(), progress=None, on_start=None):
-    graph, digest = model_json.load(path)
-    return compile_graph(graph, digest, options, progress, on_start)

@@ -12,22 +12,15 @@ aotplan plan replayed by the executor, of onnxruntime (CPU, same thread count), 
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 import onnx_light  # noqa: E402
+from benchutil import timed  # noqa: E402
 
 
-def timed(fn, n):
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return ts
 
 
 def main():

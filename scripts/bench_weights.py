@@ -11,25 +11,16 @@ step latency, device bytes per step, and ratios.
 
 import argparse
 import os
-import time
 
 import jax
 import numpy as np
 
 import executor
 from aotplan import codec, model_json
+from benchutil import timed
 from compiler import pipeline, reference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def timed(fn, steps):
-    ts = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return ts
 
 
 def main():

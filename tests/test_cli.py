@@ -132,3 +132,10 @@ def test_not_json(tmp_path):
     p.write_text("{nope")
     r = CliRunner().invoke(main, ["compile", str(p)])
     assert r.exit_code == 2 and "not valid JSON" in r.output
+
+
+def test_cli_pass_names_match_the_pipeline():
+    from aotplan import cli
+    from compiler import pipeline
+
+    assert cli._PASS_NAMES == pipeline.CLEANUP_PASSES
