@@ -39,6 +39,9 @@ def _handle_errors(fn):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except BrokenPipeError:  # `aotplan inspect P | head`: the reader left; end as other tools do
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(141)
         except Exception as e:  # a bug of ours: say so, briefly
             if show:
                 traceback.print_exc()
@@ -158,7 +161,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled)
         raise AotplanError(f"cannot write plan {output!r}: {e.strerror}") from None
     m = plan.memory
     click.echo(f"compiled {model} -> {output} ({_fmt_bytes(len(data))})")
-    click.echo(f"  nodes {res.n_nodes}, launches {len(plan.launches)}, kernels {len(plan.kernels)}, "
+    click.echo(f"  nodes {res.n_nodes} ({len(plan.launches)} after clean-up: {', '.join(plan.passes) or 'none'}), "
+               f"launches {len(plan.launches)}, kernels {len(plan.kernels)}, "
                f"launch mode {plan.launch_mode}, weights in {plan.weights}")
     click.echo(f"  arena {_fmt_bytes(m.arena_bytes)} ({plan.planner}); lower bound {_fmt_bytes(m.lower_bound_bytes)}, "
                f"naive {_fmt_bytes(m.naive_bytes)}; constant pool {_fmt_bytes(m.constant_pool_bytes)}; "

@@ -66,7 +66,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     if options.weights not in WEIGHT_PLACEMENTS:
         raise ModelError(f"unknown weights placement {options.weights!r} (choose from {', '.join(WEIGHT_PLACEMENTS)})")
     t0 = time.perf_counter()
-    output_names = graph.outputs
+    output_names, n_nodes = graph.outputs, len(graph.nodes)
     graph, order, info = prepare(graph, options)
     live = liveness.run(graph, order, info, options.weights)
     mem = plan_memory.run(live, options.planner)
@@ -84,4 +84,4 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     passes = tuple(p for p in CLEANUP_PASSES if options.runs(p))
     plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes)
     verify.verify(plan)
-    return Result(plan, time.perf_counter() - t0, len(order))
+    return Result(plan, time.perf_counter() - t0, n_nodes)
