@@ -170,7 +170,8 @@ AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 def _spatial_attrs(node, x, kernel):
     """Strides, dilations and (begin, end) pads per spatial axis, auto_pad resolved
-    from the static input shape (ONNX rules)."""
+    from the static input shape (ONNX rules). `x`: the input's TensorInfo in shape rules,
+    the array itself in lowerings (only `.shape` is read)."""
     nd = len(kernel)
     s = int_list(node, "strides", nd, (1,) * nd, minimum=1)
     d = int_list(node, "dilations", nd, (1,) * nd, minimum=1)
@@ -235,9 +236,7 @@ def _conv_infer(node, ins):
 
 
 def _conv(node, x, w, b=None):
-    from aotplan.graph import TensorInfo
-
-    s, d, pads = _spatial_attrs(node, TensorInfo("", "", x.shape), w.shape[2:])
+    s, d, pads = _spatial_attrs(node, x, w.shape[2:])
     nd = x.ndim - 2
     sp = "DHW"[-nd:] if nd <= 3 else None
     dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + sp, "OI" + sp, "NC" + sp))
@@ -288,17 +287,13 @@ def _reduce(x, init, op, k, s, d, pads):
 
 
 def _maxpool(node, x):
-    from aotplan.graph import TensorInfo
-
-    k, s, d, geo, _ = _pool_geometry(node, TensorInfo("", "", x.shape))
+    k, s, d, geo, _ = _pool_geometry(node, x)
     init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
     return (_reduce(x, jnp.array(init, x.dtype), lax.max, k, s, d, [(b, e + extra) for b, e, extra in geo]),)
 
 
 def _avgpool(node, x):
-    from aotplan.graph import TensorInfo
-
-    k, s, d, geo, _ = _pool_geometry(node, TensorInfo("", "", x.shape))
+    k, s, d, geo, _ = _pool_geometry(node, x)
     total = _reduce(_f32(x), 0.0, lax.add, k, s, d, [(b, e + extra) for b, e, extra in geo])
     return ((total / _window_counts(x.shape[2:], k, s, d, geo, node.attr("count_include_pad", 0))).astype(x.dtype),)
 
