@@ -120,13 +120,6 @@ def _simple(op, attrs=()):
     return conv
 
 
-def _rename(op, mapping, defaults=None):
-    def conv(c):
-        a = {ours: c.attrs.pop(theirs) for theirs, ours in mapping.items() if theirs in c.attrs}
-        c.emit(op, c.inputs, c.single_output(), **a, **(defaults or {}))
-    return conv
-
-
 def _binary(op):
     def conv(c):
         if c.version < 7 and c.attrs.pop("broadcast", 0):
