@@ -4,25 +4,17 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from aotplan import dtypes
-from compiler.ops.registry import fail, fmt, register, require_float, same_dtype
-
-
-def _broadcast(node, ins):
-    try:
-        return tuple(np.broadcast_shapes(*(t.shape for t in ins)))
-    except ValueError:
-        fail(node, "cannot broadcast " + " with ".join(fmt(t) for t in ins))
+from compiler.ops.registry import broadcast_shape, fail, fmt, register, require_float, same_dtype
 
 
 def _binary_infer(node, ins):
     dt = same_dtype(node, ins)
     if dt == "bool":
         fail(node, f"arithmetic on bool input {fmt(ins[0])} is not supported")
-    return [(dt, _broadcast(node, ins))]
+    return [(dt, broadcast_shape(node, ins))]
 
 
 def _div(node, a, b):

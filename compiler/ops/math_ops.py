@@ -18,7 +18,7 @@ from jax import lax
 
 from aotplan import dtypes
 from compiler.ops.registry import (
-    fail, flag_attr, float_attr, fmt, int_attr, int_list, norm_axis, register, require_float, same_dtype,
+    broadcast_shape, fail, flag_attr, float_attr, fmt, int_attr, int_list, norm_axis, register, require_float, same_dtype,
 )
 
 SIGNED_INT_DTYPES = ("int8", "int16", "int32", "int64")
@@ -33,13 +33,6 @@ def _is_int(x):
     return jnp.issubdtype(x.dtype, jnp.integer)
 
 
-def _broadcast(node, ins):
-    try:
-        return tuple(np.broadcast_shapes(*(t.shape for t in ins)))
-    except ValueError:
-        fail(node, "cannot broadcast " + " with ".join(fmt(t) for t in ins))
-
-
 def _require_numeric(node, t):
     if t.dtype not in NUMERIC_DTYPES:
         fail(node, f"input {fmt(t)} must be numeric ({', '.join(NUMERIC_DTYPES)})")
@@ -50,7 +43,7 @@ def _require_numeric(node, t):
 def _sum_infer(node, ins):
     dt = same_dtype(node, ins)
     _require_numeric(node, ins[0])
-    return [(dt, _broadcast(node, ins))]
+    return [(dt, broadcast_shape(node, ins))]
 
 
 def _sum(node, *xs):
@@ -69,7 +62,7 @@ def _pow_infer(node, ins):
     if base.dtype not in NUMERIC_DTYPES or exp.dtype not in NUMERIC_DTYPES:
         fail(node, f"base {fmt(base)} and exponent {fmt(exp)} must both be numeric "
                    f"({', '.join(NUMERIC_DTYPES)})")
-    return [(base.dtype, _broadcast(node, ins))]
+    return [(base.dtype, broadcast_shape(node, ins))]
 
 
 def _int_pow(b, e):
@@ -174,7 +167,7 @@ def _where_infer(node, ins):
         fail(node, f"condition {fmt(cond)} must be bool")
     if x.dtype != y.dtype:
         fail(node, f"x {fmt(x)} and y {fmt(y)} must share one dtype")
-    return [(x.dtype, _broadcast(node, ins))]
+    return [(x.dtype, broadcast_shape(node, ins))]
 
 
 register("where", (3, 3))((_where_infer, lambda node, c, x, y: (jnp.where(c, x, y),)))
@@ -182,7 +175,7 @@ register("where", (3, 3))((_where_infer, lambda node, c, x, y: (jnp.where(c, x, 
 
 def _equal_infer(node, ins):
     same_dtype(node, ins)
-    return [("bool", _broadcast(node, ins))]
+    return [("bool", broadcast_shape(node, ins))]
 
 
 register("equal", (2, 2))((_equal_infer, lambda node, a, b: (a == b,)))

@@ -66,6 +66,16 @@ def fmt(info):
     return f"{info.name!r} {info.dtype}{list(info.shape)}"
 
 
+def broadcast_shape(node, ins):
+    """numpy broadcasting of the inputs' shapes, or an error naming them."""
+    import numpy as np
+
+    try:
+        return tuple(np.broadcast_shapes(*(t.shape for t in ins)))
+    except ValueError:
+        fail(node, "cannot broadcast " + " with ".join(fmt(t) for t in ins))
+
+
 def same_dtype(node, ins):
     dts = {t.dtype for t in ins}
     if len(dts) > 1:
