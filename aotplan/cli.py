@@ -3,6 +3,7 @@
     aotplan compile MODEL.json -o MODEL.plan     decide everything, write a frozen plan
     aotplan replay MODEL.plan --random-inputs    load it, run steps, print outputs and timings
     aotplan inspect MODEL.plan                   tensors, launches, memory
+    aotplan check MODEL.plan MODEL.json          find the first launch whose numbers are off
 
 Errors print one line on stderr and exit non-zero; `--debug` (or AOTPLAN_DEBUG=1)
 shows the traceback. The compiler is imported only inside `compile`: inference hosts
@@ -39,6 +40,8 @@ def _handle_errors(fn):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except click.exceptions.Exit:
+            raise
         except BrokenPipeError:  # `aotplan inspect P | head`: the reader left; end as other tools do
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             ctx.exit(141)
@@ -106,6 +109,8 @@ def _load_model(model, input_shapes):
 _INPUT_SHAPE_HELP = "For ONNX models: fix an input's shape, e.g. --input-shape input=1,3,224,224 (repeatable)."
 _PASS_NAMES = ("fold", "identity", "bn_fold", "cse", "dce")  # = compiler.pipeline.CLEANUP_PASSES (tested);
 # spelt out here because the CLI must not import the compiler on hosts that only replay
+_LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (tested)
+
 
 
 @main.command("compile")
@@ -123,19 +128,36 @@ _PASS_NAMES = ("fold", "identity", "bn_fold", "cse", "dce")  # = compiler.pipeli
 @click.option("--disable-pass", "disabled", multiple=True, type=click.Choice(_PASS_NAMES),
               help="Switch off a graph clean-up pass (repeatable): constant folding, identity/dropout removal, "
                    "batchnorm folding, common-subexpression and dead-code elimination.")
+@click.option("--launch", type=click.Choice(_LAUNCH_MODES), default="sink", show_default=True,
+              help="Launch granularity: sink = the whole step is one XLA program (fastest); fused = one launch "
+                   "per group (a contraction and the cheap ops around it), tensors crossing groups live in the "
+                   "arena; kernel = one launch per node, every tensor in the arena (for debugging, --dump, "
+                   "profiles and `aotplan check`).")
+@click.option("--no-kernel-reuse", is_flag=True,
+              help="Give every launch its own kernel with fixed offsets (default: launches that are the same "
+                   "computation share one kernel and take their offsets at run time).")
+@click.option("--embed-executables", is_flag=True,
+              help="Also embed executables compiled for this host: a host with the same fingerprint (platform, "
+                   "device kind, jax/jaxlib, CPU features) that trusts the plan loads in milliseconds instead of "
+                   "compiling. Sign the plan (--sign-key) so hosts can trust it.")
+@click.option("--sign-key", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Sign the plan with HMAC-SHA256 using the key in FILE (at least 16 bytes).")
 @_handle_errors
-def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled):
+def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, no_kernel_reuse,
+                embed_executables, sign_key):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     from aotplan import codec
     from aotplan.fileio import atomic_write
     from compiler import pipeline
 
     opts = pipeline.Options(planner=planner or pipeline.DEFAULT_PLANNER, weights=weights or pipeline.DEFAULT_WEIGHTS,
-                            disabled=frozenset(disabled))
+                            disabled=frozenset(disabled), launch=launch, reuse=not no_kernel_reuse,
+                            embed_native=embed_executables)
+    key = codec.read_key(sign_key) if sign_key else None
     bar = {}
 
     def on_start(n):
-        bar["b"] = click.progressbar(length=n, label="lowering kernels", file=sys.stderr)
+        bar["b"] = click.progressbar(length=n, label="lowering launches", file=sys.stderr)
         bar["b"].__enter__()
 
     try:
@@ -151,7 +173,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled)
         if "b" in bar:
             bar["b"].__exit__(None, None, None)
     plan = res.plan
-    data = codec.encode(plan)
+    data = codec.encode(plan, sign_key=key)
     if output is None:  # <model name>.plan here; the name is the model's data, so keep it tame
         stem = re.sub(r"[^A-Za-z0-9._-]", "_", plan.provenance.model_name).strip("._") or "model"
         output = f"{stem}.plan"
@@ -161,9 +183,13 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled)
         raise AotplanError(f"cannot write plan {output!r}: {e.strerror}") from None
     m = plan.memory
     click.echo(f"compiled {model} -> {output} ({_fmt_bytes(len(data))})")
-    click.echo(f"  nodes {res.n_nodes} ({len(plan.launches)} after clean-up: {', '.join(plan.passes) or 'none'}), "
-               f"launches {len(plan.launches)}, kernels {len(plan.kernels)}, "
-               f"launch mode {plan.launch_mode}, weights in {plan.weights}")
+    n_after = sum(len(l.nodes) for l in plan.launches)
+    n_launch_kernels = len({l.kernel for l in plan.launches})
+    click.echo(f"  nodes {res.n_nodes} ({n_after} after clean-up: {', '.join(plan.passes) or 'none'}); "
+               f"launch mode {plan.launch_mode}: {len(plan.launches)} launches, {n_launch_kernels} unique launch "
+               f"kernels ({len(plan.kernels)} kernels in all); weights in {plan.weights}"
+               + (f"; native executables for this host{', signed' if key else ''}" if plan.has_native else "")
+               + ("; signed" if key and not plan.has_native else ""))
     click.echo(f"  arena {_fmt_bytes(m.arena_bytes)} ({plan.planner}); lower bound {_fmt_bytes(m.lower_bound_bytes)}, "
                f"naive {_fmt_bytes(m.naive_bytes)}; constant pool {_fmt_bytes(m.constant_pool_bytes)}; "
                f"max workspace {_fmt_bytes(m.max_workspace_bytes)}")
@@ -250,19 +276,33 @@ def _preview(a, n=6):
     return f"[{vals}{', ...' if a.size > n else ''}]"
 
 
-@main.command()
-@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
-@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="Feed an input from a .npy file.")
-@click.option("--random-inputs", is_flag=True, help="Feed seeded random values to every input not given.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for --random-inputs.")
-@click.option("--steps", default=10, show_default=True, type=click.IntRange(min=1), help="Steps to run and time.")
-@click.option("--output", "out_path", type=click.Path(dir_okay=False), help="Write the outputs to an .npz file.")
-@_handle_errors
-def replay(plan_path, inputs, random_inputs, seed, steps, out_path):
-    """Load PLAN, run it STEPS times in place, print its outputs and step times."""
-    import executor
+def _trust_options(fn):
+    for opt in reversed([
+        click.option("--trust-key", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Check the plan's signature with the HMAC key in FILE (default: the file named by "
+                          "AOTPLAN_TRUST_KEY). A plan whose signature verifies is trusted."),
+        click.option("--require-signature", is_flag=True, help="Refuse plans that are not signed."),
+        click.option("--trust-executables", is_flag=True,
+                     help="Use the plan's embedded native executables even without a verified signature "
+                          "(only for plans you built yourself: they are native code)."),
+        click.option("--cache-dir", type=click.Path(file_okay=False), metavar="DIR",
+                     help="Persistent XLA compilation cache for kernels compiled from the plan's portable "
+                          "StableHLO (default: AOTPLAN_CACHE_DIR): the second load on this host is fast."),
+    ]):
+        fn = opt(fn)
+    return fn
 
-    session = executor.load(plan_path)
+
+def _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir, warmup=True):
+    import executor
+    from aotplan import codec
+
+    return executor.load(plan_path, trust_key=codec.read_key(trust_key) if trust_key else None,
+                         require_signature=require_signature, trust_executables=trust_executables,
+                         cache_dir=cache_dir, warmup=warmup)
+
+
+def _feeds(session, inputs, random_inputs, seed):
     feeds = _feeds_from_files(inputs, session)
     rng = np.random.default_rng(seed)
     for name, dtype, shape in session.input_specs:
@@ -271,16 +311,43 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path):
                 raise FeedError(f"no value for input {name!r} ({dtype}{list(shape)}): "
                                 f"pass --input {name}=FILE.npy or --random-inputs")
             feeds[name] = _random_feed(rng, dtype, shape)
+    return feeds
+
+
+@main.command()
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="Feed an input from a .npy file.")
+@click.option("--random-inputs", is_flag=True, help="Feed seeded random values to every input not given.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for --random-inputs.")
+@click.option("--steps", default=10, show_default=True, type=click.IntRange(min=1), help="Steps to run and time.")
+@click.option("--output", "out_path", type=click.Path(dir_okay=False), help="Write the outputs to an .npz file.")
+@click.option("--check-alloc", is_flag=True,
+              help="Prove nothing accumulates per step: over max(STEPS, 100) steps the arena keeps its device "
+                   "pointer, the count of live arrays and RSS stay flat, and (where the device reports it) "
+                   "device memory stays flat and within the plan's stated memory. Exits 1 if not.")
+@click.option("--profile", is_flag=True, help="Print a table of per-launch median times, sorted, with each "
+                                              "launch's share of the step.")
+@click.option("--dump", "dump_dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="After one step, write every tensor each launch wrote as DIR/NNNN_<tensor>.npy (compile with "
+                   "--launch kernel to see every tensor; fused and sink plans keep intermediates inside kernels).")
+@_trust_options
+@_handle_errors
+def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc, profile, dump_dir, trust_key,
+           require_signature, trust_executables, cache_dir):
+    """Load PLAN, run it STEPS times in place, print its outputs and step times."""
+    session = _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir)
+    feeds = _feeds(session, inputs, random_inputs, seed)
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
         outs = session.run(feeds)
         times.append(time.perf_counter() - t0)
     m = session.memory
-    click.echo(f"plan {plan_path}: loaded in {session.load_seconds * 1e3:.1f} ms; "
-               f"{len(session.plan.launches)} launches; device memory {_fmt_bytes(m.step_device_bytes)} "
-               f"(arena {_fmt_bytes(m.arena_bytes)}, pool {_fmt_bytes(m.constant_pool_bytes)}, "
-               f"workspace {_fmt_bytes(m.max_workspace_bytes)})")
+    plan = session.plan
+    click.echo(f"plan {plan_path}: loaded in {session.load_seconds * 1e3:.1f} ms ({session.kernel_source} kernels); "
+               f"launch mode {plan.launch_mode}, {len(plan.launches)} launches per step; device memory "
+               f"{_fmt_bytes(m.step_device_bytes)} (arena {_fmt_bytes(m.arena_bytes)}, pool "
+               f"{_fmt_bytes(m.constant_pool_bytes)}, workspace {_fmt_bytes(m.max_workspace_bytes)})")
     for name, a in outs.items():
         click.echo(f"  output {name}: {a.dtype}{list(a.shape)} {_preview(a)}")
     ms = np.array(times) * 1e3
@@ -299,6 +366,87 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path):
         except OSError as e:
             raise AotplanError(f"cannot write outputs to {out_path!r}: {e.strerror}") from None
         click.echo(f"  outputs written to {out_path}")
+    from executor import tools
+
+    if profile:
+        for line in tools.profile(session, feeds, steps=max(steps, 5)).lines():
+            click.echo(line)
+    if dump_dir:
+        try:
+            files = tools.dump(session, feeds, dump_dir)
+        except OSError as e:
+            raise AotplanError(f"cannot write dumps to {dump_dir!r}: {e.strerror}") from None
+        click.echo(f"  dumped {len(files)} tensors to {dump_dir}")
+    if check_alloc:
+        report = tools.check_alloc(session, feeds, steps=max(steps, 100))
+        for line in report.lines():
+            click.echo(line)
+        if not report.ok:
+            click.get_current_context().exit(1)
+
+
+# ------------------------------------------------------------------- check
+
+@main.command()
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="Feed an input from a .npy file.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Seed for the random values of inputs not given.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=_INPUT_SHAPE_HELP)
+@click.option("--rtol", type=float, default=None, help="Relative tolerance (default by dtype: float32 1e-4, "
+                                                       "float16 1e-2, bfloat16 2e-2; integers exact).")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance (default by dtype: float32 1e-5, "
+                                                       "float16 1e-2, bfloat16 2e-2; integers exact).")
+@_handle_errors
+def check(plan_path, model, inputs, seed, input_shapes, rtol, atol):
+    """Replay PLAN launch by launch beside a direct evaluation of MODEL; name the first
+    launch whose output differs beyond tolerance. Exits 1 if any does.
+
+    A sink or fused PLAN keeps intermediates inside its kernels: its outputs are
+    compared, and a kernel-mode plan compiled from MODEL with the same options is
+    checked launch by launch. Needs the compiler (a build host, not an inference host).
+    """
+    import executor
+    from aotplan import codec
+    from compiler import check as chk, pipeline
+
+    plan = codec.read(plan_path)
+    graph, digest = _load_model(model, input_shapes)
+    if digest != plan.provenance.model_digest:
+        raise AotplanError(f"{plan_path} was compiled from a different model than {model} (model digests "
+                           f"{plan.provenance.model_digest[:12]} and {digest[:12]})")
+    opts = pipeline.Options(planner=plan.planner, weights=plan.weights, launch="kernel",
+                            disabled=frozenset(set(pipeline.CLEANUP_PASSES) - set(plan.passes)))
+    session = executor.Session(plan)
+    feeds = _feeds(session, inputs, True, seed)
+    failed = False
+    from compiler import reference
+
+    want = reference.evaluate(graph, feeds, opts)
+    got = session.run(feeds)
+    for name in session.plan.output_names:
+        ok, mabs, mrel, where, g, w = chk.compare(got[name], want[name], *chk.tolerance(
+            dict((n, d) for n, d, _ in session.output_specs)[name], rtol, atol))
+        click.echo(f"output {name}: {'ok' if ok else 'DIFFERS'} (max abs err {mabs:.3g}, max rel err {mrel:.3g})")
+        failed |= not ok
+    if plan.launch_mode != "kernel":
+        click.echo(f"{plan_path} is a {plan.launch_mode} plan; checking a kernel-mode plan of {model} "
+                   f"launch by launch")
+        session = executor.Session(pipeline.compile_graph(graph, digest, opts).plan)
+    diffs, n = chk.check(session, graph, feeds, opts, rtol, atol)
+    if not diffs:
+        click.echo(f"all {n} tensors written by {len(session.plan.launches)} launches agree with the direct "
+                   f"evaluation")
+    else:
+        d = diffs[0]
+        click.echo(f"first difference: launch {d.launch} ({d.label!r}) wrote {d.tensor!r}: max abs err "
+                   f"{d.max_abs:.3g}, max rel err {d.max_rel:.3g}; at index {list(d.where)} got {d.got:.6g}, "
+                   f"expected {d.want:.6g}")
+        click.echo(f"{len(diffs)} of {n} tensors differ beyond tolerance")
+        failed = True
+    if failed:
+        click.get_current_context().exit(1)
 
 
 # ------------------------------------------------------------------- inspect
@@ -314,15 +462,18 @@ def plan_summary(plan, path):
                    "max_workspace_bytes": m.max_workspace_bytes, "step_device_bytes": m.step_device_bytes},
         "provenance": {"model_name": p.model_name, "model_digest": p.model_digest,
                        "aotplan_version": p.aotplan_version, "jax_version": p.jax_version,
-                       "jaxlib_version": p.jaxlib_version, "platforms": list(p.platforms)},
+                       "jaxlib_version": p.jaxlib_version, "platforms": list(p.platforms),
+                       "native_fingerprint": p.native_fingerprint},
         "inputs": [plan.tensors[i].name for i in plan.inputs],
         "outputs": list(plan.output_names),
         "tensors": [{"name": t.name, "kind": t.kind, "dtype": t.dtype, "shape": list(t.shape), "format": t.format,
                      "device_shape": list(t.device_shape), "storage": t.storage, "offset": t.offset,
                      "nbytes": t.nbytes} for t in plan.tensors],
-        "kernels": [{"name": k.name, "bytes": len(k.exported), "workspace_bytes": k.workspace_bytes}
+        "kernels": [{"name": k.name, "bytes": len(k.exported), "workspace_bytes": k.workspace_bytes,
+                     "n_offsets": k.n_offsets, "feeds": k.feeds, "native_bytes": len(k.native),
+                     "launches": sum(1 for l in plan.launches if plan.kernels[l.kernel] is k)}
                     for k in plan.kernels],
-        "launches": [{"node": l.node, "kernel": plan.kernels[l.kernel].name,
+        "launches": [{"label": l.node, "kernel": plan.kernels[l.kernel].name, "nodes": list(l.nodes),
                       "reads": [plan.tensors[i].name for i in l.reads],
                       "writes": [plan.tensors[i].name for i in l.writes]} for l in plan.launches],
     }
@@ -346,19 +497,27 @@ def inspect(plan_path, as_json):
                f"aotplan {p['aotplan_version']}, jax {p['jax_version']}, platforms {', '.join(p['platforms'])}")
     click.echo(f"launch mode {s['launch_mode']}, weights in {s['weights']}, planner {s['planner']}, "
                f"alignment {s['alignment']} B, passes {', '.join(s['passes']) or 'none'}")
-    click.echo(f"memory: arena {m['arena_bytes']} B, lower bound {m['lower_bound_bytes']} B, naive "
-               f"{m['naive_bytes']} B, constant pool {m['constant_pool_bytes']} B, max workspace "
-               f"{m['max_workspace_bytes']} B -> {m['step_device_bytes']} B per step")
+    click.echo(f"device memory a step needs: {m['step_device_bytes']} B = arena {m['arena_bytes']} B + constant "
+               f"pool {m['constant_pool_bytes']} B + max workspace (XLA temp) {m['max_workspace_bytes']} B")
+    click.echo(f"  arena: lower bound {m['lower_bound_bytes']} B, naive {m['naive_bytes']} B")
+    if p["native_fingerprint"]:
+        click.echo(f"native executables for: {p['native_fingerprint']}")
     click.echo(f"tensors ({len(s['tensors'])}):")
     click.echo(f"  {'name':28s} {'kind':12s} {'dtype':9s} {'shape':18s} {'storage':7s} {'offset':>10s} {'nbytes':>10s}")
     for t in s["tensors"]:
         click.echo(f"  {t['name'][:28]:28s} {t['kind']:12s} {t['dtype']:9s} {str(t['shape']):18s} {t['storage']:7s} "
                    f"{t['offset']:>10d} {t['nbytes']:>10d}")
-    click.echo(f"launches ({len(s['launches'])}):")
+    n_nodes = sum(len(l["nodes"]) for l in s["launches"])
+    click.echo(f"launches ({len(s['launches'])}, running {n_nodes} nodes):")
     for i, l in enumerate(s["launches"]):
-        click.echo(f"  {i:3d} {l['node'][:28]:28s} {', '.join(l['reads'])} -> {', '.join(l['writes'])}")
-    click.echo(f"kernels ({len(s['kernels'])}): " + ", ".join(
-        f"{k['name']} ({k['bytes']} B, ws {k['workspace_bytes']} B)" for k in s["kernels"]))
+        nodes = f" [{len(l['nodes'])} nodes]" if len(l["nodes"]) > 1 else ""
+        click.echo(f"  {i:3d} {l['label'][:40]:40s} {l['kernel'][:16]:16s} {', '.join(l['reads'])} -> "
+                   f"{', '.join(l['writes'])}{nodes}")
+    click.echo(f"kernels ({len(s['kernels'])}):")
+    for k in s["kernels"]:
+        extra = (f", shared by {k['launches']} launches (runtime offsets)" if k["n_offsets"] else "") + (
+            f", native {k['native_bytes']} B" if k["native_bytes"] else "")
+        click.echo(f"  {k['name'][:32]:32s} {k['bytes']:>9d} B StableHLO, workspace {k['workspace_bytes']} B{extra}")
 
 
 def run():

@@ -7,7 +7,8 @@
                     launch_mode   str
                     payload_size  int
                     payload_sha256  bin(32)
-                    signature     nil (reserved: a later version signs the digest)
+                    signature     nil, or bin(32): HMAC-SHA256 over the version, the launch
+                                  mode and the payload digest (`sign_key` at compile time)
     then          payload, msgpack (the Plan, below)
 
 The magic and the version are checked before any msgpack is decoded; the payload's
@@ -16,9 +17,15 @@ checks every field's type; `aotplan.verify` then checks ranges and references.
 
 Version changelog:
   1 (aotplan 0.1): first version. Launch mode "kernel"; weights "arena" or "pool".
+  2 (aotplan 0.2): launch modes "sink" (default), "fused", "kernel"; launches list their
+    graph nodes; kernels shared by launches take runtime offsets (`n_offsets`), the sink
+    kernel takes the feeds (`feeds`); pool arguments follow from each launch's reads;
+    optional native executables per kernel with a host fingerprint; HMAC signatures.
+    Version 1 plans are refused: recompile.
 """
 
 import hashlib
+import hmac
 import struct
 
 import msgpack
@@ -29,9 +36,9 @@ from aotplan.plan import (
 )
 
 MAGIC = b"AOTPLAN\x00"
-FORMAT_VERSION = 1
-MIN_SUPPORTED_VERSION = 1
-MAX_SUPPORTED_VERSION = 1
+FORMAT_VERSION = 2
+MIN_SUPPORTED_VERSION = 2
+MAX_SUPPORTED_VERSION = 2
 _PREFIX = struct.Struct("<8sII")
 MAX_HEADER_BYTES = 4096
 # Limits for the payload decoder: a corrupt length field must not allocate gigabytes.
@@ -45,11 +52,11 @@ def _tensor(t):
 
 
 def _kernel(k):
-    return [k.name, k.exported, k.workspace_bytes, list(k.pool_args)]
+    return [k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, k.native]
 
 
 def _launch(l):
-    return [l.kernel, l.node, list(l.reads), list(l.writes)]
+    return [l.kernel, l.node, list(l.reads), list(l.writes), list(l.nodes)]
 
 
 def encode_payload(plan):
@@ -73,17 +80,24 @@ def encode_payload(plan):
         "place_kernel": plan.place_kernel,
         "memory": [m.arena_bytes, m.lower_bound_bytes, m.naive_bytes, m.constant_pool_bytes, m.max_workspace_bytes],
         "provenance": [p.model_name, p.model_digest, p.aotplan_version, p.jax_version, p.jaxlib_version,
-                       list(p.platforms)],
+                       list(p.platforms), p.native_fingerprint],
     }, use_bin_type=True)
 
 
-def encode(plan):
+def _signature(key, version, launch_mode, digest):
+    msg = b"aotplan-signature\0" + struct.pack("<I", version) + launch_mode.encode() + b"\0" + digest
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def encode(plan, sign_key=None):
+    """Plan -> bytes; `sign_key` (bytes) signs it with HMAC-SHA256."""
     payload = encode_payload(plan)
+    digest = hashlib.sha256(payload).digest()
     header = msgpack.packb({
         "launch_mode": plan.launch_mode,
         "payload_size": len(payload),
-        "payload_sha256": hashlib.sha256(payload).digest(),
-        "signature": None,
+        "payload_sha256": digest,
+        "signature": _signature(sign_key, FORMAT_VERSION, plan.launch_mode, digest) if sign_key else None,
     }, use_bin_type=True)
     return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)) + header + payload
 
@@ -141,17 +155,19 @@ def _decode_tensor(r, i):
 
 def _decode_kernel(r, i):
     f = f"kernels[{i}]"
-    r = _row(r, 4, f)
+    r = _row(r, 6, f)
     return PlanKernel(name=_check(r[0], str, f + ".name"), exported=_check(r[1], bytes, f + ".exported"),
                       workspace_bytes=_check(r[2], int, f + ".workspace_bytes"),
-                      pool_args=_ints(r[3], f + ".pool_args"))
+                      n_offsets=_check(r[3], int, f + ".n_offsets"), feeds=_check(r[4], bool, f + ".feeds"),
+                      native=_check(r[5], bytes, f + ".native"))
 
 
 def _decode_launch(r, i):
     f = f"launches[{i}]"
-    r = _row(r, 4, f)
+    r = _row(r, 5, f)
     return Launch(kernel=_check(r[0], int, f + ".kernel"), node=_check(r[1], str, f + ".node"),
-                  reads=_ints(r[2], f + ".reads"), writes=_ints(r[3], f + ".writes"))
+                  reads=_ints(r[2], f + ".reads"), writes=_ints(r[3], f + ".writes"),
+                  nodes=_strs(_check(r[4], list, f + ".nodes"), f + ".nodes"))
 
 
 def decode_payload(payload):
@@ -166,8 +182,8 @@ def decode_payload(payload):
         consts.append(PlanConstant(_check(c[0], int, f"constants[{i}].tensor"),
                                    _check(c[1], bytes, f"constants[{i}].data")))
     mem = _ints(_row(_get(m, "memory", list), 5, "memory"), "memory")
-    prov = _row(_get(m, "provenance", list), 6, "provenance")
-    for i in range(5):
+    prov = _row(_get(m, "provenance", list), 7, "provenance")
+    for i in (0, 1, 2, 3, 4, 6):
         _check(prov[i], str, f"provenance[{i}]")
     _check(prov[5], list, "provenance.platforms")
     for i, p in enumerate(prov[5]):
@@ -186,12 +202,13 @@ def decode_payload(payload):
         input_kernel=_get(m, "input_kernel", int), output_kernel=_get(m, "output_kernel", int),
         place_kernel=_get(m, "place_kernel", int),
         memory=MemoryStats(*mem),
-        provenance=Provenance(prov[0], prov[1], prov[2], prov[3], prov[4], tuple(prov[5])),
+        provenance=Provenance(prov[0], prov[1], prov[2], prov[3], prov[4], tuple(prov[5]), prov[6]),
     )
 
 
-def read_header(data):
-    """Check magic, version, header, payload size and digest. Returns (header, payload)."""
+def read_header(data, trust_key=None, require_signature=False):
+    """Check magic, version, header, payload size, digest and (with `trust_key`) the
+    signature. Returns (header, payload, trusted): trusted means the signature verified."""
     if len(data) < _PREFIX.size or not data.startswith(MAGIC):
         raise PlanError("not an aotplan plan (bad magic bytes)")
     _, version, hlen = _PREFIX.unpack_from(data)
@@ -217,24 +234,63 @@ def read_header(data):
         raise PlanError(f"plan is truncated or corrupt: payload has {len(payload)} bytes, header says {size}")
     if hashlib.sha256(payload).digest() != digest:
         raise PlanError("plan is corrupt: digest mismatch")
-    if header.get("signature") is not None:
-        raise PlanError("plan is signed, and this executor (format 1) does not verify signatures yet")
-    return header, payload
+    sig = header.get("signature")
+    if sig is not None:
+        _check(sig, bytes, "header.signature")
+    trusted = False
+    if sig is None:
+        if require_signature:
+            raise PlanError("plan is not signed, and a signature is required (compile it with --sign-key)")
+    elif trust_key is not None:
+        if not hmac.compare_digest(sig, _signature(trust_key, version, header["launch_mode"], digest)):
+            raise PlanError("plan signature does not verify with the trusted key: it was changed after signing, "
+                            "or signed with another key")
+        trusted = True
+    elif require_signature:
+        raise PlanError("plan is signed, but no trusted key is configured to check it (--trust-key or "
+                        "AOTPLAN_TRUST_KEY)")
+    return header, payload, trusted
 
 
-def decode(data):
-    header, payload = read_header(bytes(data))
+def decode(data, trust_key=None, require_signature=False):
+    """bytes -> Plan (checked field by field; `verify` checks it as a whole)."""
+    return decode_checked(data, trust_key, require_signature)[0]
+
+
+def decode_checked(data, trust_key=None, require_signature=False):
+    """bytes -> (Plan, trusted); see `read_header`."""
+    header, payload, trusted = read_header(bytes(data), trust_key, require_signature)
     plan = decode_payload(payload)
     if plan.launch_mode != header["launch_mode"]:
         raise PlanError(f"plan is corrupt: header launch mode {header['launch_mode']!r} "
                         f"!= payload launch mode {plan.launch_mode!r}")
-    return plan
+    return plan, trusted
 
 
-def read(path):
+def read_key(path):
+    """A signing/trust key file -> bytes (its whole content, at least 16 bytes)."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            key = f.read()
+    except OSError as e:
+        raise PlanError(f"cannot read key file {path!r}: {e.strerror}") from None
+    if len(key) < 16:
+        raise PlanError(f"key file {path!r} holds {len(key)} bytes; a key needs at least 16")
+    return key
+
+
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
     except OSError as e:
         raise PlanError(f"cannot read plan {path!r}: {e.strerror}") from None
-    return decode(data)
+
+
+def read(path, trust_key=None, require_signature=False):
+    return decode(read_bytes(path), trust_key, require_signature)
+
+
+def read_checked(path, trust_key=None, require_signature=False):
+    """-> (Plan, trusted)."""
+    return decode_checked(read_bytes(path), trust_key, require_signature)

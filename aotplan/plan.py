@@ -1,4 +1,4 @@
-"""The plan schema, version 1: what the compiler decided and the executor obeys.
+"""The plan schema, version 2: what the compiler decided and the executor obeys.
 
 A plan is plain data. `aotplan.codec` turns it into bytes field by field;
 `aotplan.verify` checks one that came from outside before anything runs.
@@ -6,11 +6,19 @@ A plan is plain data. `aotplan.codec` turns it into bytes field by field;
 Kernels are XLA programs serialized with `jax.export` (portable StableHLO). Every
 kernel takes the arena (uint32 words) as its first, donated argument; the ones that
 launches run return the new arena, which XLA writes in place.
+
+A launch kernel's arguments follow from its launch (nothing else in the plan names
+them): `kernel(arena, *pool, [offsets], [*feeds])` where `pool` are the launch's reads
+that live in the constant pool, in `reads` order; `offsets` (only when the kernel's
+`n_offsets` > 0: a kernel shared by several launches) is an int32 vector of the word
+offsets of the launch's arena reads, then of its writes; `feeds` (only for a kernel
+with `feeds`: the one launch of a sink plan) are the plan's inputs. It returns the
+arena, then (with `feeds`) the plan's outputs.
 """
 
 from dataclasses import dataclass
 
-LAUNCH_MODES = ("kernel",)  # "fused" and "sink" come with the launch-mode issue
+LAUNCH_MODES = ("sink", "fused", "kernel")  # see docs/design.md, "Launch modes"
 TENSOR_KINDS = ("input", "output", "constant", "intermediate")
 WEIGHT_PLACEMENTS = ("arena", "pool")
 
@@ -42,25 +50,32 @@ class PlanConstant:
 
 @dataclass(frozen=True)
 class PlanKernel:
-    """An exported XLA program. Called as `kernel(arena, *args)` where args are the
-    pool constants `pool_args` (tensor indices) for launch kernels, the inputs for the
-    input kernel, the arena-resident constants for the place kernel, nothing for the
-    output kernel. `workspace_bytes` is XLA's temp size on the build host."""
+    """An exported XLA program. Launch kernels: see the module docstring. The input
+    kernel is `(arena, *inputs) -> arena`, the output kernel `arena -> outputs`, the
+    place kernel `(arena, *arena-resident constants) -> arena`. `workspace_bytes` is
+    XLA's temp size on the build host. `native` is the kernel compiled for the build
+    host (serialized XLA executable, b"" if none): used only where the plan's
+    `native_fingerprint` matches the host and the plan is trusted."""
 
     name: str
     exported: bytes
     workspace_bytes: int
-    pool_args: tuple
+    n_offsets: int
+    feeds: bool
+    native: bytes = b""
 
 
 @dataclass(frozen=True)
 class Launch:
-    """Run `kernel` for `node`; it reads and writes the given tensors (indices)."""
+    """Run `kernel` for the graph nodes `nodes` (one in kernel mode, a fused group, or
+    all of them in a sink plan); `node` labels it. It reads and writes the given
+    tensors (indices); the nodes' other tensors live only inside the kernel."""
 
     kernel: int
     node: str
     reads: tuple
     writes: tuple
+    nodes: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,7 @@ class Provenance:
     jax_version: str
     jaxlib_version: str
     platforms: tuple
+    native_fingerprint: str = ""  # the host the kernels' `native` executables were built for
 
 
 @dataclass(frozen=True)
@@ -106,11 +122,23 @@ class Plan:
     outputs: tuple
     output_names: tuple  # the model's names for `outputs` (an output that is a graph
     # input or constant is copied to its own tensor, so its tensor name differs)
-    input_kernel: int
-    output_kernel: int
+    input_kernel: int  # -1 in a sink plan: its launch takes the inputs (`feeds`)
+    output_kernel: int  # -1 in a sink plan: its launch returns the outputs
     place_kernel: int  # -1: no arena-resident constants
     memory: MemoryStats
     provenance: Provenance
+
+    @property
+    def has_native(self):
+        return bool(self.provenance.native_fingerprint)
+
+    def kernel_args(self, launch):
+        """-> (pool tensor indices, arena tensor indices whose word offsets the kernel
+        takes, in order) for `launch`."""
+        pool = tuple(i for i in launch.reads if self.tensors[i].storage == "pool")
+        if not self.kernels[launch.kernel].n_offsets:
+            return pool, ()
+        return pool, tuple(i for i in launch.reads if self.tensors[i].storage == "arena") + tuple(launch.writes)
 
     def tensor_index(self):
         return {t.name: i for i, t in enumerate(self.tensors)}

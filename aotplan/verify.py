@@ -83,15 +83,26 @@ def verify(plan):
             _fail(f"constant {t.name!r} has no data")
 
     nk = len(plan.kernels)
+    sink = plan.launch_mode == "sink"
     for i, k in enumerate(plan.kernels):
         if k.workspace_bytes < 0:
             _fail(f"kernel {k.name!r}: negative workspace")
-        for j in k.pool_args:
-            _index(j, n, f"kernel {k.name!r} pool argument")
-            if plan.tensors[j].storage != "pool":
-                _fail(f"kernel {k.name!r}: pool argument {plan.tensors[j].name!r} is not a pool constant")
-    _index(plan.input_kernel, nk, "input_kernel")
-    _index(plan.output_kernel, nk, "output_kernel")
+        if not 0 <= k.n_offsets <= 1 << 20:
+            _fail(f"kernel {k.name!r}: n_offsets {k.n_offsets} is out of range")
+        if k.feeds and (not sink or k.n_offsets):
+            _fail(f"kernel {k.name!r} takes the feeds, which only the launch of a sink plan does")
+        if k.native and not plan.provenance.native_fingerprint:
+            _fail(f"kernel {k.name!r} carries a native executable, but the plan names no host fingerprint")
+    if sink:
+        if len(plan.launches) != 1 or plan.input_kernel != -1 or plan.output_kernel != -1:
+            _fail("a sink plan has exactly one launch, and no input or output kernel (input_kernel = "
+                  "output_kernel = -1)")
+        _index(plan.launches[0].kernel, nk, "launches[0].kernel")
+        if not plan.kernels[plan.launches[0].kernel].feeds:
+            _fail("the launch of a sink plan must run a kernel that takes the feeds")
+    else:
+        _index(plan.input_kernel, nk, "input_kernel")
+        _index(plan.output_kernel, nk, "output_kernel")
     arena_consts = [i for i, t in enumerate(plan.tensors) if t.kind == "constant" and t.storage == "arena"]
     if arena_consts or plan.place_kernel != -1:
         _index(plan.place_kernel, nk, "place_kernel")
@@ -99,10 +110,24 @@ def verify(plan):
     special = [k for k in (plan.input_kernel, plan.output_kernel, plan.place_kernel) if k != -1]
     if len(set(special)) != len(special):
         _fail("input_kernel, output_kernel and place_kernel must be different kernels")
+    node_names, runs = set(), {}
     for s, l in enumerate(plan.launches):
+        if 0 <= l.kernel < nk and not plan.kernels[l.kernel].n_offsets:
+            if l.kernel in runs:
+                _fail(f"launch {s} ({l.node!r}) runs kernel {plan.kernels[l.kernel].name!r}, which has fixed "
+                      f"offsets and is already run by launch {runs[l.kernel]}")
+            runs[l.kernel] = s
+        w = f"launch {s} ({l.node!r})"
+        _index(l.kernel, nk, f"{w} kernel")
         if l.kernel in special:
-            _fail(f"launch {s} ({l.node!r}) runs kernel {plan.kernels[l.kernel].name!r}, which is the "
-                  f"input, output or place kernel")
+            _fail(f"{w} runs kernel {plan.kernels[l.kernel].name!r}, which is the input, output or place kernel")
+        if not l.nodes or (plan.launch_mode == "kernel" and len(l.nodes) != 1):
+            _fail(f"{w} must run {'one graph node' if plan.launch_mode == 'kernel' else 'at least one graph node'}, "
+                  f"it lists {len(l.nodes)}")
+        for name in l.nodes:
+            if name in node_names:
+                _fail(f"{w}: node {name!r} is already run by an earlier launch")
+            node_names.add(name)
 
     m = plan.memory
     pool = sum(t.nbytes for t in plan.tensors if t.storage == "pool")
@@ -130,7 +155,6 @@ def verify(plan):
     steps = []
     for s, l in enumerate(plan.launches):
         w = f"launch {s} ({l.node!r})"
-        _index(l.kernel, nk, f"{w} kernel")
         for j in l.reads:
             _index(j, n, f"{w} read")
             t = plan.tensors[j]
@@ -144,6 +168,10 @@ def verify(plan):
             if j in written:
                 _fail(f"{w} writes {t.name!r}, which an earlier launch already wrote")
             written.add(j)
+        k = plan.kernels[l.kernel]
+        if k.n_offsets and len(plan.kernel_args(l)[1]) != k.n_offsets:
+            _fail(f"{w}: kernel {k.name!r} takes {k.n_offsets} offsets, the launch has "
+                  f"{len(plan.kernel_args(l)[1])} arena tensors")
         steps.append((l.reads, l.writes))
     for i, t in enumerate(plan.tensors):
         if t.kind == "output" and i not in written:

@@ -1,8 +1,10 @@
 """Typed views of a uint32-word arena inside kernels.
 
 `read` slices a tensor's words and bitcasts them to its storage dtype; `write` bitcasts
-a value to words and `dynamic_update_slice`s it in. Offsets are static word indices
-(int32 in the program). For 1- and 2-byte dtypes the tail of the last word is zero
+a value to words and `dynamic_update_slice`s it in. `word` offsets are Python ints
+(static: baked into the program) or traced int32 scalars (a kernel shared by several
+launches takes its offsets at run time; the executor passes verified ones, so
+`dynamic_slice`'s clamping never applies). For 1- and 2-byte dtypes the tail of the last word is zero
 padding, written with the tensor. bool is stored as one byte, 0 or 1.
 """
 
@@ -18,14 +20,14 @@ def jnp_dtype(storage):
     return jnp.dtype(dtypes.np_dtype(storage))
 
 
-def read(arena, byte_offset, dtype, shape):
+def read(arena, word, dtype, shape):
     storage = dtypes.storage_dtype(dtype)
     n = math.prod(shape)
     isz = dtypes.itemsize(dtype)
     if n == 0:
         return jnp.zeros(shape, jnp_dtype(storage))
-    off = byte_offset // formats.WORD_BYTES
-    w = lax.slice(arena, (off,), (off + formats.words(n * isz),))
+    nw = formats.words(n * isz)
+    w = lax.slice(arena, (word,), (word + nw,)) if isinstance(word, int) else lax.dynamic_slice(arena, (word,), (nw,))
     if isz == 4:
         flat = lax.bitcast_convert_type(w, jnp_dtype(storage))
     elif isz == 2:
@@ -50,7 +52,7 @@ def to_words(value, dtype):
     return lax.bitcast_convert_type(flat.reshape(-1, k), jnp.uint32)
 
 
-def write(arena, byte_offset, dtype, value):
+def write(arena, word, dtype, value):
     if value.size == 0:
         return arena
-    return lax.dynamic_update_slice(arena, to_words(value, dtype), (byte_offset // formats.WORD_BYTES,))
+    return lax.dynamic_update_slice(arena, to_words(value, dtype), (word,))

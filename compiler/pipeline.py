@@ -2,7 +2,7 @@
 
     validate -> fold -> validate -> schedule -> infer      (prepare: shared with the
                                                            reference evaluator)
-    -> liveness -> plan_memory -> lower -> emit -> verify
+    -> group -> liveness -> plan_memory -> lower -> emit -> verify
 """
 
 import time
@@ -12,7 +12,7 @@ from aotplan import debug, verify
 from aotplan.plan import WEIGHT_PLACEMENTS
 from aotplan.errors import ModelError
 from compiler.passes import (
-    bn_fold, cse, dce, emit, fold, identity, infer, liveness, lower, plan_memory, schedule, validate,
+    bn_fold, cse, dce, emit, fold, group, identity, infer, liveness, lower, plan_memory, schedule, validate,
 )
 
 # Optional graph clean-up passes, in the order they run; each can be switched off.
@@ -21,6 +21,8 @@ CLEANUP_PASSES = ("fold", "identity", "bn_fold", "cse", "dce")
 
 DEFAULT_PLANNER = "greedy_by_size"
 DEFAULT_WEIGHTS = "pool"
+DEFAULT_LAUNCH = "sink"
+LAUNCH_MODES = group.MODES
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,9 @@ class Options:
     planner: str = DEFAULT_PLANNER
     weights: str = DEFAULT_WEIGHTS  # "pool" | "arena" (see docs/design.md, "Weights")
     disabled: frozenset = frozenset()  # names from CLEANUP_PASSES to skip
+    launch: str = DEFAULT_LAUNCH  # "sink" | "fused" | "kernel" (passes/group.py)
+    reuse: bool = True  # launches that are the same computation share one kernel
+    embed_native: bool = False  # also embed executables compiled for this host
 
     def runs(self, name):
         return name not in self.disabled
@@ -65,10 +70,15 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     """Graph -> Result. `on_start(n_kernels)` and `progress(n)` drive a progress bar."""
     if options.weights not in WEIGHT_PLACEMENTS:
         raise ModelError(f"unknown weights placement {options.weights!r} (choose from {', '.join(WEIGHT_PLACEMENTS)})")
+    if options.launch not in LAUNCH_MODES:
+        raise ModelError(f"unknown launch mode {options.launch!r} (choose from {', '.join(LAUNCH_MODES)})")
     t0 = time.perf_counter()
     output_names, n_nodes = graph.outputs, len(graph.nodes)
     graph, order, info = prepare(graph, options)
-    live = liveness.run(graph, order, info, options.weights)
+    groups = group.run(order, options.launch)
+    labels = [group.label(g, options.launch, i) for i, g in enumerate(groups)]
+    debug.log(1, f"group[{options.launch}]: {len(order)} nodes -> {len(groups)} launches")
+    live = liveness.run(graph, groups, info, options.weights, materialize_all=options.launch == "kernel")
     mem = plan_memory.run(live, options.planner)
     debug.log(1, f"plan_memory[{mem.planner}]: arena {mem.arena_bytes} B, lower bound {mem.lower_bound_bytes} B, "
                  f"naive {mem.naive_bytes} B")
@@ -78,10 +88,15 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
             debug.log(2, f"  {t.name:30s} {t.kind:12s} steps {iv.first:4d}..{iv.last:<4d} "
                          f"bytes {mem.offsets[iv.tensor]:>10d}+{t.nbytes}")
     if on_start:
-        on_start(len(order))
-    lowered = lower.run(order, live, mem, graph.outputs, progress)
-    debug.log(1, f"lower: {len(lowered[0])} kernels")
+        on_start(len(groups))
+    native_for = None
+    if options.embed_native:
+        import jax
+
+        native_for = jax.devices()[0]
+    lowered = lower.run(groups, labels, live, mem, graph.outputs, options.launch, options.reuse, native_for, progress)
+    debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches")
     passes = tuple(p for p in CLEANUP_PASSES if options.runs(p))
-    plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes)
+    plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes, options.launch)
     verify.verify(plan)
     return Result(plan, time.perf_counter() - t0, n_nodes)

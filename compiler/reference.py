@@ -36,3 +36,20 @@ def evaluate(graph, feeds, options=None):
     fn, out_info = make_function(graph, options)
     args = {t.name: jnp.asarray(dtypes.to_storage(feeds[t.name], t.dtype, t.name)) for t in graph.inputs}
     return {o: dtypes.from_storage(np.asarray(v), out_info[o].dtype) for o, v in fn(args).items()}
+
+
+def evaluate_all(graph, feeds, options=None):
+    """Like `evaluate`, but -> {tensor name: value} for every tensor of the cleaned-up
+    graph (the names plans use), node by node, for `aotplan check`."""
+    from compiler import pipeline
+
+    graph, order, info = pipeline.prepare(graph, options or pipeline.Options())
+    env = {t.name: jnp.asarray(dtypes.to_storage(feeds[t.name], t.dtype, t.name)) for t in graph.inputs}
+    env.update((c.name, jnp.asarray(dtypes.to_storage(c.data, c.dtype, c.name))) for c in graph.constants)
+    out = {}
+    for node in order:
+        vals = ops.get(node.op).lower(node, *(env[i] for i in node.inputs))
+        for name, v in zip(node.outputs, vals):
+            env[name] = v
+            out[name] = dtypes.from_storage(np.asarray(v), info[name].dtype)
+    return out

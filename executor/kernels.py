@@ -12,7 +12,7 @@ from aotplan import dtypes
 from aotplan.errors import PlanError
 
 
-def load_kernel(k, donate):
+def load_kernel(k):
     try:
         exp = jax.export.deserialize(bytearray(k.exported))
     except Exception as e:  # a corrupt blob can fail in many layers of flatbuffers/MLIR
@@ -27,7 +27,7 @@ def check_signature(name, exp, takes, returns):
     except Exception as e:
         raise PlanError(f"kernel {name!r}: unreadable signature ({e})") from None
     for got, want, verb in zip(sig, (takes, returns), ("takes", "returns")):
-        expect = [(tuple(s), np.dtype(np.uint32) if d == "uint32" else dtypes.np_dtype(d)) for s, d in want]
+        expect = [(tuple(s), np.dtype(d) if d in ("uint32", "int32") else dtypes.np_dtype(d)) for s, d in want]
         if got != expect:
             raise PlanError(f"kernel {name!r}: {verb} {_fmt(got)}, the plan's tensors say {_fmt(expect)}")
 

@@ -1,25 +1,66 @@
 """A loaded plan: one arena, a constant pool, compiled kernels; `run` replays a step.
 
-Per step: check the feeds (the arena is untouched if any is wrong), run the input
-kernel, replay the launches in order, run the output kernel. Every kernel that writes
-the arena donates it, so the arena's device buffer never changes (tests check the
-pointer); nothing but the feeds' and outputs' transfer buffers is allocated per step.
+Per step: check the feeds (the arena is untouched if any is wrong), stage them on the
+device, then
+  sink plan:          one launch `(arena, *pool, *feeds) -> (arena, *outputs)`;
+  fused/kernel plan:  the input kernel, the launches in order, the output kernel.
+Every kernel that writes the arena donates it, so the arena's device buffer never
+changes (tests check the pointer). Per step, the only device buffers made are the
+staged feeds (host arrays must be copied to the device: a caller that passes device
+arrays of the storage dtype skips this) and the returned outputs (XLA allocates a
+program's results); offsets and constants were placed at load.
 """
 
+import logging
+import os
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan import codec, dtypes, formats, verify
-from aotplan.errors import FeedError
+from aotplan import codec, dtypes, formats, native, verify
+from aotplan.errors import FeedError, PlanError
 from executor.kernels import check_signature, compile_kernel, load_kernel
 
+log = logging.getLogger("aotplan")
 
-def load(path, device=None, warmup=True):
-    """Read, verify and load a plan file -> Session (see `Session` for `warmup`)."""
-    return Session(codec.read(path), device=device, warmup=warmup)
+
+def _env_key():
+    path = os.environ.get("AOTPLAN_TRUST_KEY")
+    return codec.read_key(path) if path else None
+
+
+def load(path, device=None, warmup=True, trust_key=None, require_signature=False, trust_executables=False,
+         cache_dir=None):
+    """Read, verify and load a plan file -> Session.
+
+    trust_key: bytes; the plan's HMAC signature must verify with it (default: the key
+        file named by AOTPLAN_TRUST_KEY, if set). A plan whose signature verifies is
+        trusted: its embedded native executables may be used.
+    require_signature: refuse unsigned plans.
+    trust_executables: use the plan's native executables without a signature.
+    cache_dir: a persistent XLA compilation cache for kernels compiled from StableHLO
+        (default: AOTPLAN_CACHE_DIR, if set). It is JAX's process-wide cache setting.
+    See `Session` for `warmup`.
+    """
+    if trust_key is None:
+        trust_key = _env_key()
+    cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
+    if cache_dir:
+        enable_cache(cache_dir)
+    plan, trusted = codec.read_checked(path, trust_key, require_signature)
+    return Session(plan, device=device, warmup=warmup, trusted=trusted or trust_executables)
+
+
+def enable_cache(cache_dir):
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+    except OSError as e:
+        raise PlanError(f"cannot use compilation cache {cache_dir!r}: {e.strerror}") from None
+    jax.config.update("jax_compilation_cache_dir", cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def _host_platform(device):
@@ -30,9 +71,10 @@ def _host_platform(device):
 class Session:
     """`warmup`: run one step on zero inputs while loading. The first launch of some XLA
     kernels (convolutions on CPU) pays a one-time runtime set-up of tens of ms; an
-    inference host wants that in load time, not in its first request."""
+    inference host wants that in load time, not in its first request.
+    `trusted`: the plan's native executables may be used (where the host matches)."""
 
-    def __init__(self, plan, device=None, warmup=True):
+    def __init__(self, plan, device=None, warmup=True, trusted=False):
         t0 = time.perf_counter()
         verify.verify(plan)
         self.plan = plan
@@ -42,25 +84,45 @@ class Session:
         self._inputs = [T[i] for i in plan.inputs]
         self._outputs = [T[i] for i in plan.outputs]
         self._output_names = list(plan.output_names)
+        self._sink = plan.launch_mode == "sink"
         words = plan.arena_bytes // formats.WORD_BYTES
         arena_sig = [((words,), "uint32")]
         sig = lambda idx: [(T[i].shape, dtypes.storage_dtype(T[i].dtype)) for i in idx]  # noqa: E731
 
-        arena_consts = [i for i, t in enumerate(T) if t.kind == "constant" and t.storage == "arena"]
+        arena_consts = [i for i, t in enumerate(plan.tensors) if t.kind == "constant" and t.storage == "arena"]
         # (role, takes, returns) of every kernel; verify() made the roles distinct
         wants = {}
-        for l in plan.launches:
-            wants[l.kernel] = ("launch", arena_sig + sig(plan.kernels[l.kernel].pool_args), arena_sig)
-        wants[plan.input_kernel] = ("input", arena_sig + sig(plan.inputs), arena_sig)
-        wants[plan.output_kernel] = ("output", arena_sig, sig(plan.outputs))
+        for s, l in enumerate(plan.launches):
+            k = plan.kernels[l.kernel]
+            pool, offs = plan.kernel_args(l)
+            takes = arena_sig + sig(pool) + ([((k.n_offsets,), "int32")] if k.n_offsets else [])
+            returns = arena_sig
+            if k.feeds:
+                takes, returns = takes + sig(plan.inputs), returns + sig(plan.outputs)
+            want = ("launch", takes, returns)
+            if wants.setdefault(l.kernel, want) != want:
+                raise PlanError(f"launch {s} ({l.node!r}): kernel {k.name!r} is shared with a launch whose "
+                                f"arguments differ in type")
+        if not self._sink:
+            wants[plan.input_kernel] = ("input", arena_sig + sig(plan.inputs), arena_sig)
+            wants[plan.output_kernel] = ("output", arena_sig, sig(plan.outputs))
         if plan.place_kernel >= 0:
             wants[plan.place_kernel] = ("place", arena_sig + sig(arena_consts), arena_sig)
+
+        self.kernel_source = self._kernel_source(trusted)
         self._kernels = {}
         for ki, (role, takes, returns) in sorted(wants.items()):
             k = plan.kernels[ki]
-            exp = load_kernel(k, role != "output")
+            exp = load_kernel(k)
             check_signature(k.name, exp, takes, returns)
-            self._kernels[ki] = compile_kernel(k.name, exp, role != "output", platform)
+            donate = role != "output"
+            if self.kernel_source == "native" and k.native:
+                try:
+                    self._kernels[ki] = native.NativeKernel(k.native, self.device, len(returns) > 1 or role == "output")
+                    continue
+                except Exception as e:
+                    raise PlanError(f"kernel {k.name!r}: its native executable does not load here: {e}") from None
+            self._kernels[ki] = compile_kernel(k.name, exp, donate, platform)
 
         data = {c.tensor: c.data for c in plan.constants}
 
@@ -68,14 +130,20 @@ class Session:
             t = T[i]
             return np.frombuffer(data[i], dtype=dtypes.np_dtype(dtypes.storage_dtype(t.dtype))).reshape(t.shape)
 
-        self._pool = {i: jax.device_put(host_const(i), self.device) for i, t in enumerate(T) if t.storage == "pool"}
-        self._launches = [(self._kernels[l.kernel], tuple(self._pool[i] for i in plan.kernels[l.kernel].pool_args))
-                          for l in plan.launches]
-        self._in_kernel = self._kernels[plan.input_kernel]
-        self._out_kernel = self._kernels[plan.output_kernel]
-        self._arena = jax.device_put(jnp.zeros((words,), jnp.uint32), self.device)
+        put = lambda a: jax.device_put(a, self.device)  # noqa: E731
+        self._pool = {i: put(host_const(i)) for i, t in enumerate(T) if t.storage == "pool"}
+        self._launches = []
+        for l in plan.launches:
+            pool, offs = plan.kernel_args(l)
+            extra = tuple(self._pool[i] for i in pool)
+            if offs:
+                extra += (put(np.array([T[i].offset // formats.WORD_BYTES for i in offs], np.int32)),)
+            self._launches.append((self._kernels[l.kernel], extra))
+        self._in_kernel = None if self._sink else self._kernels[plan.input_kernel]
+        self._out_kernel = None if self._sink else self._kernels[plan.output_kernel]
+        self._arena = put(jnp.zeros((words,), jnp.uint32))
         if plan.place_kernel >= 0:
-            consts = [jax.device_put(host_const(i), self.device) for i in arena_consts]
+            consts = [put(host_const(i)) for i in arena_consts]
             self._arena = self._kernels[plan.place_kernel](self._arena, *consts)
             del consts
         if warmup:
@@ -83,6 +151,22 @@ class Session:
             jax.block_until_ready(self.run(zeros))
         self._arena.block_until_ready()
         self.load_seconds = time.perf_counter() - t0
+
+    def _kernel_source(self, trusted):
+        """"native" or "stablehlo"; says once why a plan's executables are not used."""
+        p = self.plan.provenance
+        if not self.plan.has_native:
+            return "stablehlo"
+        host = native.fingerprint(self.device)
+        if host != p.native_fingerprint:
+            log.warning("aotplan: the plan's native executables were built for another host (%s; this host: %s); "
+                        "compiling its portable kernels instead", p.native_fingerprint, host)
+            return "stablehlo"
+        if not trusted:
+            log.warning("aotplan: the plan carries native executables but is not trusted (no verified signature; "
+                        "pass a trust key or trust_executables=True); compiling its portable kernels instead")
+            return "stablehlo"
+        return "native"
 
     # ------------------------------------------------------------ introspection
     @property
@@ -102,10 +186,12 @@ class Session:
 
     # ------------------------------------------------------------ a step
     def check_feeds(self, feeds):
+        """-> the feeds in storage dtypes, in the plan's input order (host or device
+        arrays), or FeedError naming the input; nothing is written anywhere."""
         if not isinstance(feeds, dict):
             raise FeedError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
         want = {t.name for t in self._inputs}
-        unknown = sorted(set(feeds) - want)
+        unknown = sorted(set(feeds) - want, key=str)
         if unknown:
             raise FeedError(f"unknown input {unknown[0]!r} (the plan's inputs: {', '.join(sorted(want))})")
         args = []
@@ -113,20 +199,65 @@ class Session:
             if t.name not in feeds:
                 raise FeedError(f"missing input {t.name!r} ({t.dtype}{list(t.shape)})")
             a = feeds[t.name]
+            if isinstance(a, jax.Array):
+                storage = dtypes.np_dtype(dtypes.storage_dtype(t.dtype))
+                ok = a.dtype == storage or a.dtype == dtypes.np_dtype(t.dtype)
+                if not ok or tuple(a.shape) != t.shape:
+                    raise FeedError(f"input {t.name!r}: expected {t.dtype}{list(t.shape)}, got device array "
+                                    f"{a.dtype}{list(a.shape)}")
+                if a.dtype != storage:
+                    raise FeedError(f"input {t.name!r}: a device array must hold the storage dtype "
+                                    f"{dtypes.storage_dtype(t.dtype)}")
+                args.append(a)
+                continue
             if not isinstance(a, (np.ndarray, np.generic)):
-                a = np.asarray(a)
+                try:
+                    a = np.asarray(a)
+                except Exception as e:
+                    raise FeedError(f"input {t.name!r}: not an array ({type(e).__name__}: {e})") from None
             ok = a.dtype == dtypes.np_dtype(t.dtype) or (t.dtype == "int64" and a.dtype == np.int32)
             if not ok or tuple(a.shape) != t.shape:
                 raise FeedError(f"input {t.name!r}: expected {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}")
             args.append(dtypes.to_storage(a, t.dtype, f"input {t.name!r}"))
         return args
 
-    def run(self, feeds):
-        """{input name: numpy array} -> {output name: numpy array} (logical dtypes)."""
+    def run(self, feeds, device_outputs=False):
+        """{input name: array} -> {output name: array}.
+
+        Inputs are numpy arrays of the logical dtype, or device arrays (`jax.Array`) of
+        the storage dtype (int64 inputs are stored as int32), which skip the host copy.
+        Outputs are numpy arrays of the logical dtype, or with `device_outputs=True`
+        device arrays of the storage dtype, left on the device."""
         args = self.check_feeds(feeds)
-        arena = self._in_kernel(self._arena, *args)
-        for kernel, consts in self._launches:
-            arena = kernel(arena, *consts)
-        self._arena = arena
-        outs = self._out_kernel(arena)
+        if self._sink:
+            kernel, extra = self._launches[0]
+            self._arena, *outs = kernel(self._arena, *extra, *args)
+        else:
+            arena = self._in_kernel(self._arena, *args)
+            for kernel, extra in self._launches:
+                arena = kernel(arena, *extra)
+            self._arena = arena
+            outs = self._out_kernel(arena)
+        if device_outputs:
+            return dict(zip(self._output_names, outs))
+        return {n: dtypes.from_storage(o, t.dtype) for n, t, o in zip(self._output_names, self._outputs, outs)}
+
+    def run_launches(self, feeds, after=None):
+        """Kernel-by-kernel replay for tools (profile, dump, check): like `run`, but
+        calls `after(index, launch, arena)` after each launch, where `arena` is the
+        current arena device array (read it, do not keep it)."""
+        args = self.check_feeds(feeds)
+        if self._sink:
+            kernel, extra = self._launches[0]
+            self._arena, *outs = kernel(self._arena, *extra, *args)
+            if after:
+                after(0, self.plan.launches[0], self._arena)
+        else:
+            arena = self._in_kernel(self._arena, *args)
+            for s, (kernel, extra) in enumerate(self._launches):
+                arena = kernel(arena, *extra)
+                if after:
+                    after(s, self.plan.launches[s], arena)
+            self._arena = arena
+            outs = self._out_kernel(arena)
         return {n: dtypes.from_storage(o, t.dtype) for n, t, o in zip(self._output_names, self._outputs, outs)}

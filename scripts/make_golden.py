@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Freeze golden plans: plans/golden/<name>.plan with <name>.io.npz holding seeded
-inputs and the outputs of the direct reference evaluation. Tests load every golden
-plan on every change, so a plan written by an older aotplan keeps loading (or is
-refused with a clear message once its format leaves the supported window).
+"""Freeze golden plans: plans/golden/v<format>/<name>.plan with <name>.io.npz holding
+seeded inputs and the outputs of the direct reference evaluation, one example per
+launch mode. Tests load every golden plan of every version on every change, so a plan
+written by an older aotplan keeps loading (or is refused with a clear message once its
+format leaves the supported window).
 
     python scripts/make_golden.py            # only after a deliberate format change
 """
@@ -19,17 +20,18 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plans")
 
 
 def main():
-    os.makedirs(os.path.join(ROOT, "golden"), exist_ok=True)
-    for name in ("mlp", "cnn"):
+    out = os.path.join(ROOT, "golden", f"v{codec.FORMAT_VERSION}")
+    os.makedirs(out, exist_ok=True)
+    for name, launch in (("mlp", "sink"), ("cnn", "fused"), ("transformer", "kernel")):
         graph, digest = model_json.load(os.path.join(ROOT, "examples", name, "model.json"))
-        plan = pipeline.compile_graph(graph, digest).plan
+        plan = pipeline.compile_graph(graph, digest, pipeline.Options(launch=launch)).plan
         rng = np.random.default_rng(2026)
         feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in graph.inputs}
         want = reference.evaluate(graph, feeds)
-        base = os.path.join(ROOT, "golden", name)
+        base = os.path.join(out, name)
         atomic_write(base + ".plan", codec.encode(plan))
         np.savez(base + ".io.npz", **{f"in:{k}": v for k, v in feeds.items()}, **{f"out:{k}": v for k, v in want.items()})
-        print(f"wrote {base}.plan (format {codec.FORMAT_VERSION}, jax {plan.provenance.jax_version})")
+        print(f"wrote {base}.plan ({launch} mode, format {codec.FORMAT_VERSION}, jax {plan.provenance.jax_version})")
 
 
 if __name__ == "__main__":

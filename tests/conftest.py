@@ -39,12 +39,53 @@ def random_feeds(graph, seed=0):
     return {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in graph.inputs}
 
 
+LAUNCH_MODES = ("sink", "fused", "kernel")
+
+
+class _Examples(dict):
+    """(name, mode) -> (graph, plan, session), compiled on first use, once per session."""
+
+    def __missing__(self, key):
+        name, mode = key
+        g, _ = model_json.load(os.path.join(EXAMPLES, name, "model.json"))
+        plan, sess = compile_and_load(g, launch=mode)
+        self[key] = (g, plan, sess)
+        return self[key]
+
+
+_EXAMPLES = _Examples()
+
+
+class _ModeView:
+    def __init__(self, mode):
+        self.mode = mode
+
+    def __getitem__(self, name):
+        return _EXAMPLES[name, self.mode]
+
+    def values(self):
+        return [self[n] for n in EXAMPLE_NAMES]
+
+    def items(self):
+        return [(n, self[n]) for n in EXAMPLE_NAMES]
+
+    def keys(self):
+        return list(EXAMPLE_NAMES)
+
+
 @pytest.fixture(scope="session")
 def examples():
-    """name -> (graph, plan, session), compiled once per test session."""
-    out = {}
-    for name in EXAMPLE_NAMES:
-        g, _ = model_json.load(os.path.join(EXAMPLES, name, "model.json"))
-        plan, sess = compile_and_load(g)
-        out[name] = (g, plan, sess)
-    return out
+    """name -> (graph, plan, session) in the default (sink) launch mode."""
+    return _ModeView("sink")
+
+
+@pytest.fixture(scope="session")
+def kernel_examples():
+    """name -> (graph, plan, session) in kernel mode: every tensor at its arena offset."""
+    return _ModeView("kernel")
+
+
+@pytest.fixture(scope="session")
+def mode_examples():
+    """(name, mode) -> (graph, plan, session), every launch mode."""
+    return _EXAMPLES

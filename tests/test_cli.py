@@ -58,10 +58,10 @@ def test_replay_errors(mlp_plan, tmp_path):
 def test_inspect(mlp_plan):
     r = CliRunner().invoke(main, ["inspect", mlp_plan])
     assert r.exit_code == 0, r.output
-    assert "launch mode kernel" in r.output and "fc1.w" in r.output and "lower bound" in r.output
+    assert "launch mode sink" in r.output and "fc1.w" in r.output and "lower bound" in r.output
     r = CliRunner().invoke(main, ["inspect", mlp_plan, "--json"])
     s = json.loads(r.output)
-    assert s["memory"]["arena_bytes"] > 0 and s["outputs"] == ["probs"] and len(s["launches"]) == 6
+    assert s["memory"]["arena_bytes"] > 0 and s["outputs"] == ["probs"] and len(s["launches"]) == 1
 
 
 def test_help_explains():

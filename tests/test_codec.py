@@ -15,7 +15,7 @@ def data(examples):
     return codec.encode(examples["mlp"][1])
 
 
-def reheader(payload, version=codec.FORMAT_VERSION, launch_mode="kernel"):
+def reheader(payload, version=codec.FORMAT_VERSION, launch_mode="sink"):
     header = msgpack.packb({"launch_mode": launch_mode, "payload_size": len(payload),
                             "payload_sha256": hashlib.sha256(payload).digest(), "signature": None})
     return struct.pack("<8sII", codec.MAGIC, version, len(header)) + header + payload
@@ -50,8 +50,10 @@ def test_foreign_files():
 
 def test_newer_and_older_versions(data):
     payload = codec.read_header(data)[1]
-    with pytest.raises(PlanError, match=r"plan format 2 is newer than this executor \(supports 1-1\)"):
-        codec.decode(reheader(payload, version=2))
+    with pytest.raises(PlanError, match=r"plan format 3 is newer than this executor \(supports 2-2\)"):
+        codec.decode(reheader(payload, version=3))
+    with pytest.raises(PlanError, match=r"plan format 1 is older than this executor supports \(2-2\); recompile"):
+        codec.decode(reheader(payload, version=1))
     with pytest.raises(PlanError, match="plan format 0 is older"):
         codec.decode(reheader(payload, version=0))
 
@@ -71,7 +73,7 @@ def test_valid_digest_bad_fields_named(data):
 def test_header_payload_launch_mode_must_agree(data):
     payload = codec.read_header(data)[1]
     with pytest.raises(PlanError, match="launch mode"):
-        codec.decode(reheader(payload, launch_mode="sink"))
+        codec.decode(reheader(payload, launch_mode="kernel"))
 
 
 def test_payload_not_msgpack():

@@ -1,26 +1,41 @@
-"""Golden plans written by an earlier aotplan keep loading and give their frozen answers."""
+"""Golden plans written by earlier aotplans keep loading and give their frozen answers,
+or, once their format has left the supported window, are refused saying so."""
 
 import glob
 import os
+import struct
 
 import numpy as np
 import pytest
 
 import executor
 from aotplan import codec
+from aotplan.errors import PlanError
 from conftest import ROOT
 
-GOLDEN = sorted(glob.glob(os.path.join(ROOT, "plans", "golden", "*.plan")))
+GOLDEN = sorted(glob.glob(os.path.join(ROOT, "plans", "golden", "v*", "*.plan")))
 
 
-def test_there_are_golden_plans():
-    assert len(GOLDEN) >= 2
-
-
-@pytest.mark.parametrize("path", GOLDEN, ids=os.path.basename)
-def test_golden_plan_replays(path):
+def _version(path):
     with open(path, "rb") as f:
-        assert codec.read_header(f.read())  # the header is still understood
+        return struct.unpack_from("<8sII", f.read(16))[1]
+
+
+def test_there_are_golden_plans_of_this_version_and_older():
+    versions = {_version(p) for p in GOLDEN}
+    assert codec.FORMAT_VERSION in versions and min(versions) < codec.FORMAT_VERSION
+    here = [p for p in GOLDEN if _version(p) == codec.FORMAT_VERSION]
+    assert {codec.read(p).launch_mode for p in here} == {"sink", "fused", "kernel"}
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: os.path.relpath(p, os.path.join(ROOT, "plans", "golden")))
+def test_golden_plan_replays_or_is_refused_by_version(path):
+    v = _version(path)
+    assert os.path.basename(os.path.dirname(path)) == f"v{v}"
+    if not codec.MIN_SUPPORTED_VERSION <= v <= codec.MAX_SUPPORTED_VERSION:
+        with pytest.raises(PlanError, match=f"plan format {v} is (older|newer) than this executor"):
+            executor.load(path)
+        return
     sess = executor.load(path)
     with np.load(path[:-len(".plan")] + ".io.npz") as z:
         feeds = {k[3:]: z[k] for k in z.files if k.startswith("in:")}

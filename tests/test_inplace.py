@@ -7,12 +7,13 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import compile_and_load, random_feeds
+from conftest import LAUNCH_MODES, compile_and_load, random_feeds
 
 
+@pytest.mark.parametrize("mode", LAUNCH_MODES)
 @pytest.mark.parametrize("name", ["cnn", "transformer"])
-def test_fifty_steps_in_place(examples, name):
-    graph, plan, sess = examples[name]
+def test_fifty_steps_in_place(mode_examples, name, mode):
+    graph, plan, sess = mode_examples[name, mode]
     feeds = random_feeds(graph, 1)
     first = sess.run(feeds)
     ptr = sess.arena_pointer()
@@ -29,8 +30,9 @@ def test_fifty_steps_in_place(examples, name):
         np.testing.assert_array_equal(again[k], first[k])  # replay is deterministic
 
 
-def test_kernels_alias_the_whole_arena(examples):
-    _, plan, sess = examples["cnn"]
+@pytest.mark.parametrize("mode", LAUNCH_MODES)
+def test_kernels_alias_the_whole_arena(mode_examples, mode):
+    _, plan, sess = mode_examples["cnn", mode]
     for ki, compiled in sess._kernels.items():
         if ki == plan.output_kernel:
             continue
@@ -44,7 +46,7 @@ def test_workspace_far_below_arena(examples):
     from compiler.pipeline import CLEANUP_PASSES
 
     graph, _, _ = examples["cnn"]
-    plan, _ = compile_and_load(graph, planner="naive", disabled=frozenset(CLEANUP_PASSES))
+    plan, _ = compile_and_load(graph, planner="naive", disabled=frozenset(CLEANUP_PASSES), launch="kernel")
     for k in plan.kernels:
         assert k.workspace_bytes < plan.arena_bytes / 4, (k.name, k.workspace_bytes, plan.arena_bytes)
     for l in plan.launches:  # and each launch's temp is about its own working set, not the arena's

@@ -125,13 +125,13 @@ def test_bad_replay_args(plan_file, tmp_path, args, pattern):
     assert len(lines) == 1 and lines[0].startswith("error:") and re.search(pattern, lines[0]), r.stderr
 
 
-def test_plan_with_swapped_kernel_roles_is_refused(examples):
+def test_plan_with_swapped_kernel_roles_is_refused(kernel_examples):
     import dataclasses
 
     from aotplan import verify
     from aotplan.errors import PlanError
 
-    plan = examples["mlp"][1]
+    plan = kernel_examples["mlp"][1]
     l = plan.launches
     bad = dataclasses.replace(plan, launches=(dataclasses.replace(l[0], kernel=plan.output_kernel),) + l[1:])
     with pytest.raises(PlanError, match="is the input, output or place kernel"):
@@ -141,14 +141,14 @@ def test_plan_with_swapped_kernel_roles_is_refused(examples):
         verify.verify(bad)
 
 
-def test_output_kernel_results_checked(examples):
+def test_output_kernel_results_checked(kernel_examples):
     """A plan whose output tensor claims another dtype than its kernel returns is refused."""
     import dataclasses
 
     import executor
     from aotplan.errors import PlanError
 
-    plan = examples["mlp"][1]
+    plan = kernel_examples["mlp"][1]
     i = plan.outputs[0]
     ts = list(plan.tensors)
     ts[i] = dataclasses.replace(ts[i], dtype="int32")

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from conftest import EXAMPLE_NAMES, LAUNCH_MODES
 from aotplan import verify
 from aotplan.errors import PlanError
 
@@ -22,9 +23,10 @@ def live_pair(plan):
     return a, plan.tensors[l.writes[0]]
 
 
-def test_good_plans_verify(examples):
-    for _, plan, _ in examples.values():
-        verify.verify(plan)
+def test_good_plans_verify(mode_examples):
+    for name in EXAMPLE_NAMES:
+        for mode in LAUNCH_MODES:
+            verify.verify(mode_examples[name, mode][1])
 
 
 def test_injected_overlap_names_both_tensors(examples):
@@ -52,8 +54,8 @@ def test_misaligned_and_out_of_bounds(examples):
         verify.verify(with_tensor(plan, t.name, nbytes=t.nbytes + 4))
 
 
-def test_bad_references(examples):
-    plan = examples["mlp"][1]
+def test_bad_references(kernel_examples):
+    plan = kernel_examples["mlp"][1]
     l0 = plan.launches[0]
     bad = dataclasses.replace(plan, launches=(dataclasses.replace(l0, kernel=99),) + plan.launches[1:])
     with pytest.raises(PlanError, match="kernel = 99 is out of range"):

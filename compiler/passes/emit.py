@@ -9,8 +9,8 @@ from aotplan import dtypes, formats
 from aotplan.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanTensor, Provenance
 
 
-def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, launch_mode="kernel"):
-    kernels, launches, in_k, out_k, place_k, platforms = lowered
+def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, launch_mode):
+    kernels = lowered.kernels
     recs, idx = liveness.tensors, liveness.index()
     tensors = tuple(
         PlanTensor(t.name, t.kind, t.dtype, t.shape, "default", formats.device_shape(t.shape), t.storage,
@@ -26,14 +26,17 @@ def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, la
     return Plan(
         launch_mode=launch_mode, weights=weights, planner=mem.planner, passes=tuple(passes), alignment=formats.ALIGNMENT,
         arena_bytes=mem.arena_bytes, tensors=tensors, constants=constants,
-        kernels=tuple(PlanKernel(k.name, k.exported, k.workspace_bytes, k.pool_args) for k in kernels),
-        launches=tuple(Launch(k, node, *liveness.steps[s]) for s, (k, node) in enumerate(launches)),
+        kernels=tuple(PlanKernel(k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, k.native)
+                      for k in kernels),
+        launches=tuple(Launch(k, label, *liveness.steps[s], nodes)
+                       for s, (k, label, nodes) in enumerate(lowered.launches)),
         inputs=tuple(i for i, t in enumerate(recs) if t.kind == "input"),
         outputs=tuple(idx[o] for o in graph.outputs),
         output_names=tuple(output_names),
-        input_kernel=in_k, output_kernel=out_k, place_kernel=place_k, memory=memory,
+        input_kernel=lowered.input_kernel, output_kernel=lowered.output_kernel, place_kernel=lowered.place_kernel,
+        memory=memory,
         provenance=Provenance(graph.name, digest, aotplan.__version__, jax.__version__, jaxlib.__version__,
-                              platforms))
+                              lowered.platforms, lowered.native_fingerprint))
 
 
 def _le_bytes(a):

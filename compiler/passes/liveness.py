@@ -1,8 +1,10 @@
-"""liveness: the tensor table and each arena tensor's lifetime over the schedule.
+"""liveness: the tensor table and each arena tensor's lifetime over the launches.
 
 Tensor order is fixed: graph inputs, then the constants some node reads (unused ones
-are dropped), then node outputs in schedule order. With weights in the pool,
-constants are not arena tensors and get no interval.
+are dropped), then the node outputs that need arena bytes, in schedule order: in
+kernel mode every node output; otherwise the graph's outputs and the tensors a later
+launch reads (see passes/group.py). With weights in the pool, constants are not arena
+tensors and get no interval.
 """
 
 from dataclasses import dataclass
@@ -30,9 +32,17 @@ class Liveness:
         return {t.name: i for i, t in enumerate(self.tensors)}
 
 
-def run(graph, order, info, weights, alignment=formats.ALIGNMENT):
+def run(graph, groups, info, weights, materialize_all=True, alignment=formats.ALIGNMENT):
+    """`groups`: the launches, each a tuple of nodes (passes/group.py)."""
+    order = [n for g in groups for n in g]
     outputs = set(graph.outputs)
     read = {i for n in order for i in n.inputs}
+    crossing = set(outputs)
+    made_in = {}
+    for gi, g in enumerate(groups):
+        for n in g:
+            crossing.update(i for i in n.inputs if made_in.get(i, gi) != gi)
+            made_in.update((o, gi) for o in n.outputs)
     recs = [TensorRecord(t.name, "input", t.dtype, t.shape, formats.nbytes(t.shape, t.dtype), "arena")
             for t in graph.inputs]
     recs += [TensorRecord(c.name, "constant", c.dtype, c.shape, formats.nbytes(c.shape, c.dtype),
@@ -40,11 +50,18 @@ def run(graph, order, info, weights, alignment=formats.ALIGNMENT):
              for c in graph.constants if c.name in read]
     for n in order:
         for o in n.outputs:
-            t = info[o]
-            recs.append(TensorRecord(o, "output" if o in outputs else "intermediate", t.dtype, t.shape,
-                                     formats.nbytes(t.shape, t.dtype), "arena"))
+            if materialize_all or o in crossing:
+                t = info[o]
+                recs.append(TensorRecord(o, "output" if o in outputs else "intermediate", t.dtype, t.shape,
+                                         formats.nbytes(t.shape, t.dtype), "arena"))
     idx = {t.name: i for i, t in enumerate(recs)}
-    steps = tuple((tuple(idx[i] for i in n.inputs), tuple(idx[o] for o in n.outputs)) for n in order)
+    steps = []
+    for g in groups:
+        made = {o for n in g for o in n.outputs}
+        reads = list(dict.fromkeys(i for n in g for i in n.inputs if i not in made))
+        writes = [o for n in g for o in n.outputs if o in idx]
+        steps.append((tuple(idx[i] for i in reads), tuple(idx[o] for o in writes)))
+    steps = tuple(steps)
     ivs = intervals.compute([t.kind if t.storage == "arena" else None for t in recs],
                             [t.nbytes for t in recs], steps, len(steps), alignment)
     return Liveness(tuple(recs), steps, tuple(ivs))

@@ -1,12 +1,22 @@
 """lower: each launch -> one exported XLA program over the arena.
 
-Launch kernels are `(arena, *pool_constants) -> arena`, jitted with the arena donated
-so XLA updates it in place, and exported with `jax.export` (portable StableHLO) with
-source locations stripped (plans must not depend on the directory they were built in).
-Each is also compiled once for the build host to record XLA's temp bytes as the
-launch's workspace. Three more kernels move data across the arena's edge: the input
-kernel `(arena, *inputs) -> arena`, the output kernel `arena -> outputs`, and the
-place kernel `(arena, *arena_constants) -> arena` that the executor runs once at load.
+A launch runs a group of nodes (passes/group.py): its kernel reads the group's
+arena inputs as typed views, evaluates the nodes (tensors that stay inside the group
+are XLA's to place), and writes the tensors other launches read back into the arena.
+Kernels are jitted with the arena donated, so XLA updates it in place, and exported
+with `jax.export` (portable StableHLO) with source locations stripped (plans must not
+depend on the directory they were built in).
+
+Kernel reuse: launches whose groups are the same computation on tensors of the same
+types (ops, attributes, wiring, shapes, dtypes, pool-vs-arena) share one kernel that
+takes the arena offsets as a runtime int32 vector; a computation run once keeps its
+offsets static. Each kernel is compiled once for the build host, which records XLA's
+temp bytes as its workspace and, with `native`, gives the executable to embed.
+
+Three more kernels move data across the arena's edge in kernel and fused mode: the
+input kernel `(arena, *inputs) -> arena`, the output kernel `arena -> outputs`, and
+the place kernel `(arena, *arena_constants) -> arena` the executor runs once at load.
+In sink mode the one launch takes the inputs and returns the outputs itself.
 """
 
 from dataclasses import dataclass
@@ -15,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax._src import config as jax_config
 
-from aotplan import dtypes, formats
+from aotplan import dtypes, formats, native
 from aotplan.errors import ModelError
 from compiler import arena_io, ops
 
@@ -25,89 +35,172 @@ class LoweredKernel:
     name: str
     exported: bytes
     workspace_bytes: int
-    pool_args: tuple
+    n_offsets: int
+    feeds: bool
+    native: bytes
+    alias_bytes: int
+
+
+@dataclass(frozen=True)
+class Lowered:
+    kernels: tuple
+    launches: tuple  # (kernel index, label, node names)
+    input_kernel: int
+    output_kernel: int
+    place_kernel: int
+    platforms: tuple
+    native_fingerprint: str
 
 
 def _spec(t):
     return jax.ShapeDtypeStruct(t.shape, arena_io.jnp_dtype(dtypes.storage_dtype(t.dtype)))
 
 
-def _export(name, fn, specs, donate=True):
-    fn.__name__ = name
-    jitted = jax.jit(fn, donate_argnums=0) if donate else jax.jit(fn)
-    with jax_config.traceback_in_locations_limit(0):
-        exp = jax.export.export(jitted)(*specs)
-    workspace = jitted.lower(*specs).compile().memory_analysis()
-    temp = int(getattr(workspace, "temp_size_in_bytes", 0) or 0) if workspace is not None else 0
-    return bytes(exp.serialize()), temp, tuple(exp.platforms)
+def _word(offset):
+    return offset // formats.WORD_BYTES
 
 
-def _node_kernel(node, recs, idx, offsets, pool):
-    op = ops.get(node.op)
-    ins = [recs[idx[i]] for i in node.inputs]
-    outs = [recs[idx[o]] for o in node.outputs]
-    pool_args = tuple(sorted({idx[i] for i in node.inputs if idx[i] in pool}))
-    slot = {t: k for k, t in enumerate(pool_args)}
+class _Exporter:
+    def __init__(self, native_for):
+        self.native_for = native_for  # a device to build native executables for, or None
+        self.platforms = set()
 
-    def kernel(arena, *consts):
-        args = []
-        for name in node.inputs:
-            t = idx[name]
+    def __call__(self, name, fn, specs, donate=True):
+        fn.__name__ = name
+        jitted = jax.jit(fn, donate_argnums=0) if donate else jax.jit(fn)
+        with jax_config.traceback_in_locations_limit(0):
+            exp = jax.export.export(jitted)(*specs)
+            # compiled exactly as the executor compiles it (exp.call), so the workspace
+            # and the embedded executable are those of the program the host will run
+            call = jax.jit(exp.call, donate_argnums=0) if donate else jax.jit(exp.call)
+            compiled = call.lower(*exp.in_avals).compile()
+        ma = compiled.memory_analysis()
+        temp = int(getattr(ma, "temp_size_in_bytes", 0) or 0) if ma is not None else 0
+        alias = int(getattr(ma, "alias_size_in_bytes", 0) or 0) if ma is not None else 0
+        self.platforms.update(exp.platforms)
+        blob = native.serialize(compiled, self.native_for) if self.native_for is not None else b""
+        return bytes(exp.serialize()), temp, alias, blob
+
+
+def _group_key(group, reads, writes, recs):
+    """What makes two launches the same computation (offsets and weights' values aside)."""
+    ref = {recs[t].name: ("r", j) for j, t in enumerate(reads)}
+    nodes = []
+    for k, n in enumerate(group):
+        nodes.append((n.op, repr(n.attrs), tuple(ref[i] for i in n.inputs)))
+        ref.update((o, ("n", k, m)) for m, o in enumerate(n.outputs))
+    return (tuple((recs[t].dtype, recs[t].shape, recs[t].storage) for t in reads), tuple(nodes),
+            tuple((ref[recs[t].name], recs[t].dtype, recs[t].shape) for t in writes))
+
+
+def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds):
+    """The kernel function: (arena, *pool, [offsets], [*feeds]) -> arena [, *outputs]."""
+    pool_reads = [t for t in reads if recs[t].storage == "pool"]
+    arena_reads = [t for t in reads if recs[t].storage == "arena" and t not in feeds]
+    n_pool = len(pool_reads)
+
+    def kernel(arena, *args):
+        pool_vals, rest = args[:n_pool], args[n_pool:]
+        if dynamic:
+            offs, rest = rest[0], rest[1:]
+            word = dict(zip(arena_reads + list(writes), (offs[j] for j in range(len(arena_reads) + len(writes)))))
+        else:
+            word = {t: _word(offsets[t]) for t in arena_reads + list(writes)}
+        env = {recs[t].name: v for t, v in zip(pool_reads, pool_vals)}
+        for t in arena_reads:
+            env[recs[t].name] = arena_io.read(arena, word[t], recs[t].dtype, recs[t].shape)
+        for t, v in zip(feeds, rest):  # sink: the inputs come as arguments; keep them in the arena too
+            arena = arena_io.write(arena, _word(offsets[t]), recs[t].dtype, v)
+            env[recs[t].name] = v
+        for node in group:
+            results = ops.get(node.op).lower(node, *[env[i] for i in node.inputs])
+            for name, v in zip(node.outputs, results):
+                env[name] = v
+        outs = []
+        for t in writes:
             r = recs[t]
-            args.append(consts[slot[t]] if t in slot else arena_io.read(arena, offsets[t], r.dtype, r.shape))
-        results = op.lower(node, *args)
-        for r, v in zip(outs, results):
+            v = env[r.name]
             want = arena_io.jnp_dtype(dtypes.storage_dtype(r.dtype))
             if v.shape != r.shape or v.dtype != want:
-                raise ModelError(f"node {node.name!r} ({node.op}): lowering produced {v.dtype}{list(v.shape)}, "
-                                 f"shape rule said {r.dtype}{list(r.shape)} (an op library bug)")
-            arena = arena_io.write(arena, offsets[idx[r.name]], r.dtype, v)
-        return arena
+                raise ModelError(f"tensor {r.name!r}: lowering produced {v.dtype}{list(v.shape)}, the shape rule "
+                                 f"said {r.dtype}{list(r.shape)} (an op library bug)")
+            arena = arena_io.write(arena, word[t], r.dtype, v)
+            outs.append(v)
+        return (arena, *outs) if feeds else arena
 
-    return kernel, pool_args, ins
+    return kernel, pool_reads
 
 
-def run(order, liveness, mem, output_names, progress=None):
-    """Returns (kernels, launches as (kernel index, node name), input/output/place kernel
-    indices, platforms)."""
+def _kernel_name(k, group):
+    ops_ = [n.op for n in group]
+    return f"k{k}_{ops_[0]}" + (f"+{len(ops_) - 1}" if len(ops_) > 1 else "")
+
+
+def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None):
+    """-> Lowered. `groups`/`labels`: the launches (passes/group.py)."""
     recs, idx, offsets = liveness.tensors, liveness.index(), mem.offsets
     arena_spec = jax.ShapeDtypeStruct((mem.arena_bytes // formats.WORD_BYTES,), jnp.uint32)
-    pool = {i for i, t in enumerate(recs) if t.storage == "pool"}
-    kernels, launches, platforms = [], [], set()
+    export = _Exporter(native_for)
+    kernels, launches = [], []
+    inputs = [i for i, t in enumerate(recs) if t.kind == "input"]
+    outputs = [idx[o] for o in output_names]
+    sink = mode == "sink"
 
-    def add(name, fn, specs, pool_args=(), donate=True):
-        blob, temp, plats = _export(name, fn, specs, donate)
-        platforms.update(plats)
-        kernels.append(LoweredKernel(name, blob, temp, pool_args))
+    def add(name, fn, specs, n_offsets=0, feeds=False, donate=True):
+        blob, temp, alias, nat = export(name, fn, specs, donate)
+        kernels.append(LoweredKernel(name, blob, temp, n_offsets, feeds, nat, alias))
         return len(kernels) - 1
 
-    for step, node in enumerate(order):
-        fn, pool_args, _ = _node_kernel(node, recs, idx, offsets, pool)
-        k = add(f"launch{step}_{node.op}", fn, [arena_spec] + [_spec(recs[t]) for t in pool_args], pool_args)
-        launches.append((k, node.name))
+    keys = [_group_key(g, *liveness.steps[s], recs) for s, g in enumerate(groups)]
+    uses = {}
+    for key in keys:
+        uses[key] = uses.get(key, 0) + 1
+    made = {}
+    for s, group in enumerate(groups):
+        reads, writes = liveness.steps[s]
+        key = keys[s]
+        if key in made:
+            k = made[key]
+        else:
+            dynamic = reuse and not sink and uses[key] > 1
+            feeds = tuple(inputs) if sink else ()
+            fn, pool_reads = _group_kernel(group, reads, writes if not sink else tuple(outputs), recs, offsets,
+                                           dynamic, feeds)
+            n_off = sum(1 for t in reads if recs[t].storage == "arena") + len(writes) if dynamic else 0
+            specs = [arena_spec] + [_spec(recs[t]) for t in pool_reads]
+            if dynamic:
+                specs.append(jax.ShapeDtypeStruct((n_off,), jnp.int32))
+            specs += [_spec(recs[t]) for t in feeds]
+            k = add(_kernel_name(len(kernels), group), fn, specs, n_off, sink)
+            if dynamic:
+                made[key] = k
+        launches.append((k, labels[s], tuple(n.name for n in group)))
         if progress:
             progress(1)
 
-    inputs = [i for i, t in enumerate(recs) if t.kind == "input"]
-    outputs = [idx[o] for o in output_names]
+    in_k = out_k = -1
+    if not sink:
+        def write_inputs(arena, *xs):
+            for t, x in zip(inputs, xs):
+                arena = arena_io.write(arena, _word(offsets[t]), recs[t].dtype, x)
+            return arena
 
-    def write_inputs(arena, *xs):
-        for t, x in zip(inputs, xs):
-            arena = arena_io.write(arena, offsets[t], recs[t].dtype, x)
-        return arena
+        def read_outputs(arena):
+            return tuple(arena_io.read(arena, _word(offsets[t]), recs[t].dtype, recs[t].shape) for t in outputs)
 
-    def read_outputs(arena):
-        return tuple(arena_io.read(arena, offsets[t], recs[t].dtype, recs[t].shape) for t in outputs)
-
-    in_k = add("write_inputs", write_inputs, [arena_spec] + [_spec(recs[t]) for t in inputs])
-    out_k = add("read_outputs", read_outputs, [arena_spec], donate=False)
+        in_k = add("write_inputs", write_inputs, [arena_spec] + [_spec(recs[t]) for t in inputs])
+        out_k = add("read_outputs", read_outputs, [arena_spec], donate=False)
     arena_consts = [i for i, t in enumerate(recs) if t.kind == "constant" and t.storage == "arena"]
     place_k = -1
     if arena_consts:
         def place_constants(arena, *cs):
             for t, c in zip(arena_consts, cs):
-                arena = arena_io.write(arena, offsets[t], recs[t].dtype, c)
+                arena = arena_io.write(arena, _word(offsets[t]), recs[t].dtype, c)
             return arena
 
         place_k = add("place_constants", place_constants, [arena_spec] + [_spec(recs[t]) for t in arena_consts])
-    return kernels, launches, in_k, out_k, place_k, tuple(sorted(platforms))
+    fp = native.fingerprint(native_for) if native_for is not None and any(k.native for k in kernels) else ""
+    if not fp:
+        kernels = [LoweredKernel(k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, b"", k.alias_bytes)
+                   for k in kernels]
+    return Lowered(tuple(kernels), tuple(launches), in_k, out_k, place_k, tuple(sorted(export.platforms)), fp)

@@ -1,0 +1,200 @@
+"""Executor tools: the allocation check, the per-launch profile, tensor dumps.
+
+All of them replay a loaded Session; none imports the compiler.
+"""
+
+import os
+import re
+import time
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from aotplan import dtypes
+
+
+# ------------------------------------------------------------------ allocation check
+
+def _rss_bytes():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@dataclass(frozen=True)
+class AllocReport:
+    steps: int
+    arena_pointers: int  # distinct arena device pointers seen after each step (1: in place)
+    live_arrays: tuple  # (min, max) of len(jax.live_arrays()) after each step
+    rss_growth_bytes: int  # RSS after the last step minus after the warm-up steps
+    device_bytes_in_use: tuple  # (min, max) of memory_stats()["bytes_in_use"], or () where not reported
+    device_peak_bytes: int  # memory_stats()["peak_bytes_in_use"] at the end, or -1
+    stated_bytes: int  # the plan's device memory per step + the inputs' and outputs' bytes
+    ok: bool
+    problems: tuple
+
+    def lines(self):
+        yield (f"allocation check over {self.steps} steps: arena pointer "
+               f"{'unchanged' if self.arena_pointers == 1 else f'changed ({self.arena_pointers} values)'}; "
+               f"live arrays {self.live_arrays[0]}..{self.live_arrays[1]}; RSS growth {self.rss_growth_bytes} B")
+        if self.device_bytes_in_use:
+            yield (f"  device bytes in use {self.device_bytes_in_use[0]}..{self.device_bytes_in_use[1]}, peak "
+                   f"{self.device_peak_bytes} B; stated (plan memory + inputs + outputs) {self.stated_bytes} B")
+        else:
+            yield "  this device reports no memory_stats(): device bytes not checked"
+        for p in self.problems:
+            yield f"  FAIL: {p}"
+        if self.ok:
+            yield "  ok: nothing is allocated per step beyond the staged inputs and the returned outputs"
+
+
+def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
+    """Run `steps` steps and check that nothing accumulates: the arena keeps its device
+    pointer, the count of live jax arrays is constant, RSS grows by less than
+    `rss_slack`, and where the device reports memory_stats(), bytes in use stay flat
+    and the peak stays within the plan's stated memory plus inputs and outputs."""
+    for _ in range(warm):
+        jax.block_until_ready(session.run(feeds))
+    stats0 = _mem_stats(session.device)
+    rss0 = _rss_bytes()
+    ptrs, live, in_use = set(), [], []
+    for _ in range(steps):
+        outs = session.run(feeds)
+        jax.block_until_ready(outs)
+        del outs
+        ptrs.add(session.arena_pointer())
+        live.append(len(jax.live_arrays()))
+        st = _mem_stats(session.device)
+        if st and "bytes_in_use" in st:
+            in_use.append(int(st["bytes_in_use"]))
+    rss = _rss_bytes() - rss0
+    io_bytes = sum(t.nbytes for t in session._inputs) + sum(t.nbytes for t in session._outputs)
+    stated = session.memory.step_device_bytes + io_bytes
+    end = _mem_stats(session.device)
+    peak = int(end.get("peak_bytes_in_use", -1)) if end else -1
+    problems = []
+    if len(ptrs) != 1:
+        problems.append(f"the arena moved: {len(ptrs)} device pointers")
+    if max(live) != min(live):
+        problems.append(f"live arrays grew from {min(live)} to {max(live)}")
+    if rss > rss_slack:
+        problems.append(f"RSS grew by {rss} B (slack {rss_slack} B)")
+    if in_use and max(in_use) != min(in_use):
+        problems.append(f"device bytes in use changed: {min(in_use)}..{max(in_use)}")
+    if stats0 and peak >= 0 and in_use and peak - stats0.get("bytes_in_use", 0) > stated:
+        problems.append(f"device peak {peak} B minus the bytes in use before the steps exceeds the stated {stated} B")
+    return AllocReport(steps, len(ptrs), (min(live), max(live)), rss,
+                       (min(in_use), max(in_use)) if in_use else (), peak, stated, not problems, tuple(problems))
+
+
+def _mem_stats(device):
+    try:
+        return device.memory_stats() or {}
+    except Exception:  # CPU devices may not implement it
+        return {}
+
+
+# ------------------------------------------------------------------ profile
+
+@dataclass(frozen=True)
+class Profile:
+    step_ms: float  # median of whole steps, run as in serving (no sync between launches)
+    launches: tuple  # (index, label, kernel name, median ms), in launch order
+    io_ms: tuple  # (input kernel ms, output kernel ms); (0, 0) for sink plans
+
+    def lines(self):
+        total = sum(ms for *_, ms in self.launches) + sum(self.io_ms)
+        yield f"step time (median, launches back to back): {self.step_ms:.3f} ms"
+        yield f"per-launch medians (each launch synchronised; sum {total:.3f} ms):"
+        yield f"  {'#':>4s} {'launch':40s} {'kernel':24s} {'ms':>9s} {'share':>6s}"
+        rows = sorted(self.launches, key=lambda r: -r[3])
+        if not any(self.io_ms) and not self.launches:
+            return
+        extra = [(-1, "(write inputs)", "write_inputs", self.io_ms[0]),
+                 (-1, "(read outputs)", "read_outputs", self.io_ms[1])] if any(self.io_ms) else []
+        for i, label, kname, ms in sorted(rows + extra, key=lambda r: -r[3]):
+            idx = "" if i < 0 else str(i)
+            yield f"  {idx:>4s} {label[:40]:40s} {kname[:24]:24s} {ms:9.3f} {100 * ms / total if total else 0:5.1f}%"
+
+
+def profile(session, feeds, steps=20):
+    """Median step time, and per-launch medians with a sync after every launch."""
+    step = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(session.run(feeds, device_outputs=True))
+        step.append(time.perf_counter() - t0)
+    per = [[] for _ in session.plan.launches]
+    io = ([], [])
+    args = session.check_feeds(feeds)
+    for _ in range(steps):
+        if session._sink:
+            kernel, extra = session._launches[0]
+            t0 = time.perf_counter()
+            session._arena, *outs = kernel(session._arena, *extra, *args)
+            jax.block_until_ready(outs)
+            session._arena.block_until_ready()
+            per[0].append(time.perf_counter() - t0)
+            continue
+        t0 = time.perf_counter()
+        arena = session._in_kernel(session._arena, *args)
+        arena.block_until_ready()
+        io[0].append(time.perf_counter() - t0)
+        for s, (kernel, extra) in enumerate(session._launches):
+            t0 = time.perf_counter()
+            arena = kernel(arena, *extra)
+            arena.block_until_ready()
+            per[s].append(time.perf_counter() - t0)
+        session._arena = arena
+        t0 = time.perf_counter()
+        jax.block_until_ready(session._out_kernel(arena))
+        io[1].append(time.perf_counter() - t0)
+    med = lambda xs: float(np.median(xs)) * 1e3 if xs else 0.0  # noqa: E731
+    plan = session.plan
+    rows = tuple((s, l.node, plan.kernels[l.kernel].name, med(per[s])) for s, l in enumerate(plan.launches))
+    return Profile(med(step), rows, (med(io[0]), med(io[1])))
+
+
+# ------------------------------------------------------------------ dumps
+
+def tensor_from_arena(arena_bytes, t):
+    """The logical value of plan tensor `t` from a host copy of the arena's bytes."""
+    storage = dtypes.storage_dtype(t.dtype)
+    dt = dtypes.np_dtype(storage)
+    n = int(np.prod(t.shape, dtype=np.int64))
+    a = np.frombuffer(arena_bytes, dtype=np.uint8, count=n * dt.itemsize, offset=t.offset).view(dt).reshape(t.shape)
+    return dtypes.from_storage(a.copy(), t.dtype)
+
+
+def replay_tensors(session, feeds, on_tensor):
+    """Replay one step launch by launch; after each launch call
+    `on_tensor(launch index, launch, tensor index, value)` for every tensor it wrote."""
+    T = session.plan.tensors
+
+    def after(s, launch, arena):
+        host = np.asarray(arena).view(np.uint8).tobytes()
+        for i in launch.writes:
+            on_tensor(s, launch, i, tensor_from_arena(host, T[i]))
+
+    return session.run_launches(feeds, after)
+
+
+def dump(session, feeds, directory):
+    """Write every launch's outputs as DIR/NNN_<tensor>.npy (bfloat16 widened to
+    float32, as .npy cannot name it). -> the files written."""
+    os.makedirs(directory, exist_ok=True)
+    written = []
+
+    def on_tensor(s, launch, i, v):
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", session.plan.tensors[i].name)[:80]
+        path = os.path.join(directory, f"{s:04d}_{name}.npy")
+        np.save(path, v.astype(np.float32) if v.dtype.name == "bfloat16" else v, allow_pickle=False)
+        written.append(path)
+
+    replay_tensors(session, feeds, on_tensor)
+    return written
