@@ -71,7 +71,11 @@ class NativeKernel:
         self._exe = _backend(device).deserialize_executable(
             blob, executable_devices=xla_client.DeviceList((device,)))
         self._single = not returns_tuple
+        self._device = device
 
     def __call__(self, *args):
-        outs = [o[0] for o in self._exe.execute_sharded(list(args)).disassemble_into_single_device_arrays()]
+        import jax
+
+        args = [a if isinstance(a, jax.Array) else jax.device_put(a, self._device) for a in args]
+        outs = [o[0] for o in self._exe.execute_sharded(args).disassemble_into_single_device_arrays()]
         return outs[0] if self._single else tuple(outs)

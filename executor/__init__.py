@@ -6,4 +6,13 @@ Inference hosts install this and `aotplan`; it never imports `compiler`.
     outputs = session.run({"x": x})          # {name: numpy array}
 """
 
-from executor.session import Session, load  # noqa: F401
+import os
+
+# GPU memory: JAX preallocates 75% of a GPU's memory when its backend starts, which
+# hides what a plan really uses and starves other processes. An inference host knows
+# its plan's memory, so the executor turns preallocation off: this takes effect only
+# if it happens before JAX starts its GPU backend (import `executor` before using jax,
+# or set XLA_PYTHON_CLIENT_PREALLOCATE yourself; a value you set is kept).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+from executor.session import Session, load  # noqa: E402,F401

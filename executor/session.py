@@ -109,6 +109,7 @@ class Session:
         if plan.place_kernel >= 0:
             wants[plan.place_kernel] = ("place", arena_sig + sig(arena_consts), arena_sig)
 
+        self._check_device_memory()
         self.kernel_source = self._kernel_source(trusted)
         self._kernels = {}
         for ki, (role, takes, returns) in sorted(wants.items()):
@@ -151,6 +152,23 @@ class Session:
             jax.block_until_ready(self.run(zeros))
         self._arena.block_until_ready()
         self.load_seconds = time.perf_counter() - t0
+
+    def _check_device_memory(self):
+        """Refuse a plan that cannot fit: stated memory + inputs + outputs against the
+        device's free bytes (where the device reports them: GPUs do, CPUs do not)."""
+        try:
+            stats = self.device.memory_stats() or {}
+        except Exception:
+            stats = {}
+        if "bytes_limit" not in stats:
+            return
+        free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+        need = self.plan.memory.step_device_bytes + sum(t.nbytes for t in self._inputs + self._outputs)
+        if need > free:
+            raise PlanError(f"plan needs {need} bytes of device memory (arena {self.plan.memory.arena_bytes}, "
+                            f"constant pool {self.plan.memory.constant_pool_bytes}, workspace "
+                            f"{self.plan.memory.max_workspace_bytes}, inputs and outputs), but {self.device} has "
+                            f"{free} bytes free")
 
     def _kernel_source(self, trusted):
         """"native" or "stablehlo"; says once why a plan's executables are not used."""

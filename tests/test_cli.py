@@ -139,3 +139,38 @@ def test_cli_pass_names_match_the_pipeline():
     from compiler import pipeline
 
     assert cli._PASS_NAMES == pipeline.CLEANUP_PASSES
+
+
+def test_cli_launch_modes_match_the_plan_schema():
+    from aotplan import cli, plan
+    from compiler import pipeline
+
+    assert cli._LAUNCH_MODES == plan.LAUNCH_MODES == pipeline.LAUNCH_MODES
+
+
+@pytest.fixture(scope="module")
+def cnn_kernel_plan(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("cli") / "cnn.plan")
+    r = CliRunner().invoke(main, ["compile", os.path.join(EXAMPLES, "cnn", "model.json"), "-o", out,
+                                  "--launch", "kernel"])
+    assert r.exit_code == 0 and "launch mode kernel: 14 launches" in r.output, r.output
+    return out
+
+
+def test_replay_profile_dump_check_alloc(cnn_kernel_plan, tmp_path):
+    d = tmp_path / "dump"
+    r = CliRunner().invoke(main, ["replay", cnn_kernel_plan, "--random-inputs", "--steps", "3", "--profile",
+                                  "--dump", str(d), "--check-alloc"])
+    assert r.exit_code == 0, r.output
+    assert "per-launch medians" in r.output and "share" in r.output
+    assert "dumped 14 tensors" in r.output and len(os.listdir(d)) == 14
+    assert "arena pointer unchanged" in r.output and "ok: nothing is allocated per step" in r.output
+
+
+def test_check_command(cnn_kernel_plan, mlp_plan):
+    r = CliRunner().invoke(main, ["check", cnn_kernel_plan, os.path.join(EXAMPLES, "cnn", "model.json")])
+    assert r.exit_code == 0 and "all 14 tensors written by 14 launches agree" in r.output, r.output
+    r = CliRunner().invoke(main, ["check", mlp_plan, os.path.join(EXAMPLES, "mlp", "model.json")])
+    assert r.exit_code == 0 and "is a sink plan; checking a kernel-mode plan" in r.output, r.output
+    r = CliRunner().invoke(main, ["check", mlp_plan, os.path.join(EXAMPLES, "cnn", "model.json")])
+    assert r.exit_code == 2 and "compiled from a different model" in r.output, r.output

@@ -6,10 +6,13 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import EXAMPLES
 
 
-def test_byte_identical_across_directories_and_processes(tmp_path):
+@pytest.mark.parametrize("mode", ["sink", "kernel"])
+def test_byte_identical_across_directories_and_processes(tmp_path, mode):
     outs = []
     for i in range(2):
         d = tmp_path / f"build{i}" / ("nested" * i)
@@ -17,7 +20,8 @@ def test_byte_identical_across_directories_and_processes(tmp_path):
         for f in ("model.json", "weights.npz"):
             shutil.copy(os.path.join(EXAMPLES, "transformer", f), d / f)
         out = d / "t.plan"
-        r = subprocess.run([sys.executable, "-m", "aotplan.cli", "compile", "model.json", "-o", str(out)],
+        r = subprocess.run([sys.executable, "-m", "aotplan.cli", "compile", "model.json", "-o", str(out),
+                            "--launch", mode],
                            cwd=d, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": str(i + 1)})
         assert r.returncode == 0, r.stderr
         outs.append(out.read_bytes())

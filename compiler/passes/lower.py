@@ -93,8 +93,9 @@ def _group_key(group, reads, writes, recs):
             tuple((ref[recs[t].name], recs[t].dtype, recs[t].shape) for t in writes))
 
 
-def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds):
-    """The kernel function: (arena, *pool, [offsets], [*feeds]) -> arena [, *outputs]."""
+def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, sink):
+    """The kernel function: (arena, *pool, [offsets], [*feeds]) -> arena [, *outputs];
+    a sink kernel takes the feeds and returns the outputs (`writes`)."""
     pool_reads = [t for t in reads if recs[t].storage == "pool"]
     arena_reads = [t for t in reads if recs[t].storage == "arena" and t not in feeds]
     n_pool = len(pool_reads)
@@ -126,7 +127,7 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds):
                                  f"said {r.dtype}{list(r.shape)} (an op library bug)")
             arena = arena_io.write(arena, word[t], r.dtype, v)
             outs.append(v)
-        return (arena, *outs) if feeds else arena
+        return (arena, *outs) if sink else arena
 
     return kernel, pool_reads
 
@@ -165,7 +166,7 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
             dynamic = reuse and not sink and uses[key] > 1
             feeds = tuple(inputs) if sink else ()
             fn, pool_reads = _group_kernel(group, reads, writes if not sink else tuple(outputs), recs, offsets,
-                                           dynamic, feeds)
+                                           dynamic, feeds, sink)
             n_off = sum(1 for t in reads if recs[t].storage == "arena") + len(writes) if dynamic else 0
             specs = [arena_spec] + [_spec(recs[t]) for t in pool_reads]
             if dynamic:

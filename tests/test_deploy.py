@@ -1,0 +1,188 @@
+"""Deployment: a plan alone on an inference host; native executables only from trusted
+plans built for this host; signatures; the persistent compilation cache."""
+
+import dataclasses
+import logging
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import executor
+from aotplan import codec, native
+from aotplan.errors import PlanError
+from conftest import EXAMPLES, random_feeds
+
+KEY = b"k" * 32
+
+
+@pytest.fixture(scope="module")
+def native_plan(examples):
+    """The CNN example as a sink plan with embedded executables, and its graph."""
+    from aotplan import model_json
+    from compiler import pipeline
+
+    graph, digest = model_json.load(os.path.join(EXAMPLES, "cnn", "model.json"))
+    plan = pipeline.compile_graph(graph, digest, pipeline.Options(embed_native=True)).plan
+    return graph, plan
+
+
+def _write(tmp_path, plan, name="m.plan", sign_key=None):
+    p = tmp_path / name
+    p.write_bytes(codec.encode(plan, sign_key=sign_key))
+    return str(p)
+
+
+def test_plan_replays_alone_without_the_compiler(examples, tmp_path):
+    """Copy a plan into an empty directory and replay it in a process where `compiler`
+    cannot be imported and the model files do not exist."""
+    graph, plan, sess = examples["transformer"]
+    host = tmp_path / "host"
+    host.mkdir()
+    path = _write(host, plan, "model.plan")
+    feeds = random_feeds(graph, 7)
+    for k, v in feeds.items():
+        np.save(host / f"{k}.npy", v)
+    script = (
+        "import sys; sys.modules['compiler'] = None\n"  # any `import compiler...` now fails
+        "from aotplan.cli import run\n"
+        "run()\n")
+    args = ["replay", "model.plan", "--steps", "3", "--output", "out.npz"] + [
+        f"--input={k}={k}.npy" for k in feeds]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", script] + args, cwd=host, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(os.listdir(host)) == sorted(["model.plan", "out.npz"] + [f"{k}.npy" for k in feeds])
+    with np.load(host / "out.npz") as z:
+        got = dict(z)
+    want = sess.run(feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
+
+
+def test_native_executables_used_only_when_trusted(native_plan, tmp_path, caplog):
+    graph, plan = native_plan
+    assert plan.has_native and plan.provenance.native_fingerprint == native.fingerprint(
+        __import__("jax").devices()[0])
+    assert all(k.native for k in plan.kernels)
+    feeds = random_feeds(graph, 1)
+    path = _write(tmp_path, plan)
+    with caplog.at_level(logging.WARNING, logger="aotplan"):
+        portable = executor.load(path)
+    assert portable.kernel_source == "stablehlo" and "not trusted" in caplog.text
+    trusted = executor.load(path, trust_executables=True)
+    assert trusted.kernel_source == "native"
+    a, b = portable.run(feeds), trusted.run(feeds)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    ptr = trusted.arena_pointer()
+    for _ in range(5):
+        trusted.run(feeds)
+    assert trusted.arena_pointer() == ptr  # native kernels update the arena in place too
+
+
+def test_signed_plans(native_plan, tmp_path):
+    graph, plan = native_plan
+    signed = _write(tmp_path, plan, "signed.plan", sign_key=KEY)
+    unsigned = _write(tmp_path, plan, "unsigned.plan")
+    assert executor.load(signed, trust_key=KEY).kernel_source == "native"
+    assert executor.load(signed).kernel_source == "stablehlo"  # signed, but no key to check it with
+    with pytest.raises(PlanError, match="signature does not verify"):
+        executor.load(signed, trust_key=b"x" * 32)
+    with pytest.raises(PlanError, match="not signed, and a signature is required"):
+        executor.load(unsigned, trust_key=KEY, require_signature=True)
+    with pytest.raises(PlanError, match="no trusted key"):
+        executor.load(signed, require_signature=True)
+    # one byte of the payload changed and the digest recomputed: the signature catches it
+    data = bytearray(open(signed, "rb").read())
+    header, payload, _ = codec.read_header(bytes(data))
+    forged = dataclasses.replace(codec.decode_payload(payload), weights="pool")
+    forged = dataclasses.replace(forged, planner=forged.planner + " ")
+    raw = codec.encode(forged)
+    prefix = 16 + int.from_bytes(raw[12:16], "little")
+    import hashlib
+
+    import msgpack
+    h = msgpack.unpackb(raw[16:prefix])
+    h["signature"] = header["signature"]
+    h["payload_sha256"] = hashlib.sha256(raw[prefix:]).digest()
+    hb = msgpack.packb(h, use_bin_type=True)
+    forged_path = tmp_path / "forged.plan"
+    forged_path.write_bytes(raw[:12] + len(hb).to_bytes(4, "little") + hb + raw[prefix:])
+    with pytest.raises(PlanError, match="signature does not verify"):
+        executor.load(str(forged_path), trust_key=KEY)
+
+
+def test_foreign_host_fingerprint_falls_back(native_plan, tmp_path, caplog):
+    graph, plan = native_plan
+    other = dataclasses.replace(plan, provenance=dataclasses.replace(
+        plan.provenance, native_fingerprint=plan.provenance.native_fingerprint.replace("cpu_features=", "cpu_features=0")))
+    path = _write(tmp_path, other)
+    with caplog.at_level(logging.WARNING, logger="aotplan"):
+        sess = executor.load(path, trust_executables=True)
+    assert sess.kernel_source == "stablehlo" and "built for another host" in caplog.text
+    feeds = random_feeds(graph, 0)
+    assert set(sess.run(feeds)) == set(graph.outputs)
+
+
+def test_corrupt_native_executable_is_a_plan_error(native_plan, tmp_path):
+    graph, plan = native_plan
+    k0 = plan.kernels[0]
+    bad = dataclasses.replace(plan, kernels=(dataclasses.replace(k0, native=b"\0" * 64),) + plan.kernels[1:])
+    with pytest.raises(PlanError, match="native executable does not load"):
+        executor.load(_write(tmp_path, bad), trust_executables=True)
+
+
+def _strip_native(plan):
+    return dataclasses.replace(plan, kernels=tuple(dataclasses.replace(k, native=b"") for k in plan.kernels))
+
+
+def test_native_plans_are_deterministic_but_for_the_machine_code(native_plan):
+    """Everything but the executables' bytes is identical across compiles. XLA's CPU
+    backend does not emit byte-identical machine code from one compile to the next
+    (measured: the ELF objects inside differ), so plans with embedded executables are
+    not byte-identical; plans without them are (test_determinism.py)."""
+    from compiler import pipeline
+
+    graph, plan = native_plan
+    again = pipeline.compile_graph(graph, plan.provenance.model_digest, pipeline.Options(embed_native=True)).plan
+    assert codec.encode(_strip_native(again)) == codec.encode(_strip_native(plan))
+
+
+def test_compilation_cache_dir(examples, tmp_path):
+    """A persistent cache (a process-wide JAX setting: run in a child process) fills on
+    the first load and serves the second."""
+    _, plan, _ = examples["mlp"]
+    path = _write(tmp_path, plan)
+    cache = tmp_path / "cache"
+    code = ("import executor, sys; s = executor.load(sys.argv[1], cache_dir=sys.argv[2]); "
+            "print(s.kernel_source)")
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", code, path, str(cache)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    assert cache.is_dir() and any(cache.iterdir())
+
+
+def test_cli_sign_and_trust(tmp_path):
+    keyfile = tmp_path / "key"
+    keyfile.write_bytes(os.urandom(32))
+    model = os.path.join(EXAMPLES, "mlp", "model.json")
+    plan = tmp_path / "mlp.plan"
+    base = [sys.executable, "-c", "from aotplan.cli import run; run()"]
+    r = subprocess.run(base + ["compile", model, "-o", str(plan), "--embed-executables", "--sign-key", str(keyfile)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "native executables for this host, signed" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run(base + ["replay", str(plan), "--random-inputs", "--steps", "2", "--trust-key", str(keyfile)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "(native kernels)" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run(base + ["replay", str(plan), "--random-inputs", "--require-signature"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("error: plan is signed, but no trusted key"), r.stderr
+    short = tmp_path / "short"
+    short.write_bytes(b"abc")
+    r = subprocess.run(base + ["replay", str(plan), "--random-inputs", "--trust-key", str(short)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "needs at least 16" in r.stderr, r.stderr
