@@ -133,6 +133,9 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
                    "per group (a contraction and the cheap ops around it), tensors crossing groups live in the "
                    "arena; kernel = one launch per node, every tensor in the arena (for debugging, --dump, "
                    "profiles and `aotplan check`).")
+@click.option("--fuse-min-flops", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Fused mode: a group takes in further contractions until its work reaches N FLOPs "
+                   "(default 2000000, about one launch's dispatch cost on a CPU); 0 = one contraction per group.")
 @click.option("--no-kernel-reuse", is_flag=True,
               help="Give every launch its own kernel with fixed offsets (default: launches that are the same "
                    "computation share one kernel and take their offsets at run time).")
@@ -143,8 +146,8 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
 @click.option("--sign-key", type=click.Path(dir_okay=False), metavar="FILE",
               help="Sign the plan with HMAC-SHA256 using the key in FILE (at least 16 bytes).")
 @_handle_errors
-def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, no_kernel_reuse,
-                embed_executables, sign_key):
+def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, fuse_min_flops,
+                no_kernel_reuse, embed_executables, sign_key):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     from aotplan import codec
     from aotplan.fileio import atomic_write
@@ -152,7 +155,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
 
     opts = pipeline.Options(planner=planner or pipeline.DEFAULT_PLANNER, weights=weights or pipeline.DEFAULT_WEIGHTS,
                             disabled=frozenset(disabled), launch=launch, reuse=not no_kernel_reuse,
-                            embed_native=embed_executables)
+                            embed_native=embed_executables,
+                            **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}))
     key = codec.read_key(sign_key) if sign_key else None
     bar = {}
 
@@ -470,7 +474,7 @@ def plan_summary(plan, path):
                      "device_shape": list(t.device_shape), "storage": t.storage, "offset": t.offset,
                      "nbytes": t.nbytes} for t in plan.tensors],
         "kernels": [{"name": k.name, "bytes": len(k.exported), "workspace_bytes": k.workspace_bytes,
-                     "n_offsets": k.n_offsets, "feeds": k.feeds, "native_bytes": len(k.native),
+                     "n_offsets": k.n_offsets, "feeds": k.feeds, "returns": k.returns, "native_bytes": len(k.native),
                      "launches": sum(1 for l in plan.launches if plan.kernels[l.kernel] is k)}
                     for k in plan.kernels],
         "launches": [{"label": l.node, "kernel": plan.kernels[l.kernel].name, "nodes": list(l.nodes),

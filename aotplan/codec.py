@@ -19,7 +19,8 @@ Version changelog:
   1 (aotplan 0.1): first version. Launch mode "kernel"; weights "arena" or "pool".
   2 (aotplan 0.2): launch modes "sink" (default), "fused", "kernel"; launches list their
     graph nodes; kernels shared by launches take runtime offsets (`n_offsets`), the sink
-    kernel takes the feeds (`feeds`); pool arguments follow from each launch's reads;
+    and fused plans' first kernel takes the feeds (`feeds`), the last returns the outputs
+    (`returns`); pool arguments follow from each launch's reads;
     optional native executables per kernel with a host fingerprint; HMAC signatures.
     Version 1 plans are refused: recompile.
 """
@@ -52,7 +53,7 @@ def _tensor(t):
 
 
 def _kernel(k):
-    return [k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, k.native]
+    return [k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, k.returns, k.native]
 
 
 def _launch(l):
@@ -155,11 +156,11 @@ def _decode_tensor(r, i):
 
 def _decode_kernel(r, i):
     f = f"kernels[{i}]"
-    r = _row(r, 6, f)
+    r = _row(r, 7, f)
     return PlanKernel(name=_check(r[0], str, f + ".name"), exported=_check(r[1], bytes, f + ".exported"),
                       workspace_bytes=_check(r[2], int, f + ".workspace_bytes"),
                       n_offsets=_check(r[3], int, f + ".n_offsets"), feeds=_check(r[4], bool, f + ".feeds"),
-                      native=_check(r[5], bytes, f + ".native"))
+                      returns=_check(r[5], bool, f + ".returns"), native=_check(r[6], bytes, f + ".native"))
 
 
 def _decode_launch(r, i):

@@ -12,8 +12,10 @@ them): `kernel(arena, *pool, [offsets], [*feeds])` where `pool` are the launch's
 that live in the constant pool, in `reads` order; `offsets` (only when the kernel's
 `n_offsets` > 0: a kernel shared by several launches) is an int32 vector of the word
 offsets of the launch's arena reads, then of its writes; `feeds` (only for a kernel
-with `feeds`: the one launch of a sink plan) are the plan's inputs. It returns the
-arena, then (with `feeds`) the plan's outputs.
+with `feeds`: the first launch of a sink or fused plan) are the plan's inputs, which
+it also writes to their offsets. It returns the arena, then (only for a kernel with
+`returns`: the last launch of a sink or fused plan) the plan's outputs. Kernel-mode
+plans use the separate input and output kernels instead.
 """
 
 from dataclasses import dataclass
@@ -62,6 +64,7 @@ class PlanKernel:
     workspace_bytes: int
     n_offsets: int
     feeds: bool
+    returns: bool
     native: bytes = b""
 
 
@@ -122,8 +125,8 @@ class Plan:
     outputs: tuple
     output_names: tuple  # the model's names for `outputs` (an output that is a graph
     # input or constant is copied to its own tensor, so its tensor name differs)
-    input_kernel: int  # -1 in a sink plan: its launch takes the inputs (`feeds`)
-    output_kernel: int  # -1 in a sink plan: its launch returns the outputs
+    input_kernel: int  # -1 when the first launch takes the inputs (`feeds`)
+    output_kernel: int  # -1 when the last launch returns the outputs (`returns`)
     place_kernel: int  # -1: no arena-resident constants
     memory: MemoryStats
     provenance: Provenance

@@ -89,20 +89,33 @@ def verify(plan):
             _fail(f"kernel {k.name!r}: negative workspace")
         if not 0 <= k.n_offsets <= 1 << 20:
             _fail(f"kernel {k.name!r}: n_offsets {k.n_offsets} is out of range")
-        if k.feeds and (not sink or k.n_offsets):
-            _fail(f"kernel {k.name!r} takes the feeds, which only the launch of a sink plan does")
+        if (k.feeds or k.returns) and (plan.launch_mode == "kernel" or k.n_offsets):
+            _fail(f"kernel {k.name!r} takes the feeds or returns the outputs, which only the first and last "
+                  f"launch of a sink or fused plan do")
         if k.native and not plan.provenance.native_fingerprint:
             _fail(f"kernel {k.name!r} carries a native executable, but the plan names no host fingerprint")
-    if sink:
-        if len(plan.launches) != 1 or plan.input_kernel != -1 or plan.output_kernel != -1:
-            _fail("a sink plan has exactly one launch, and no input or output kernel (input_kernel = "
-                  "output_kernel = -1)")
-        _index(plan.launches[0].kernel, nk, "launches[0].kernel")
-        if not plan.kernels[plan.launches[0].kernel].feeds:
-            _fail("the launch of a sink plan must run a kernel that takes the feeds")
-    else:
-        _index(plan.input_kernel, nk, "input_kernel")
-        _index(plan.output_kernel, nk, "output_kernel")
+    if sink and len(plan.launches) != 1:
+        _fail(f"a sink plan has exactly one launch, not {len(plan.launches)}")
+    if not plan.launches:
+        _fail("the plan has no launches")
+    # the inputs enter through the first launch or the input kernel, the outputs leave
+    # through the last launch or the output kernel: exactly one of each
+    ends = ((plan.launches[0].kernel, "feeds", "input_kernel", plan.input_kernel, "first"),
+            (plan.launches[-1].kernel, "returns", "output_kernel", plan.output_kernel, "last"))
+    for k, flag, field, special_k, which in ends:
+        _index(k, nk, f"the {which} launch's kernel")
+        if getattr(plan.kernels[k], flag):
+            if special_k != -1:
+                _fail(f"the {which} launch's kernel has `{flag}`, so {field} must be -1, not {special_k}")
+        else:
+            if sink:
+                _fail(f"the launch of a sink plan must run a kernel with `{flag}`")
+            _index(special_k, nk, field)
+    for s, l in enumerate(plan.launches):
+        k = plan.kernels[l.kernel] if 0 <= l.kernel < nk else None
+        if k is not None and ((k.feeds and s != 0) or (k.returns and s != len(plan.launches) - 1)):
+            _fail(f"launch {s} ({l.node!r}) runs {k.name!r}, which takes the feeds or returns the outputs, but it "
+                  f"is not the first or last launch")
     arena_consts = [i for i, t in enumerate(plan.tensors) if t.kind == "constant" and t.storage == "arena"]
     if arena_consts or plan.place_kernel != -1:
         _index(plan.place_kernel, nk, "place_kernel")

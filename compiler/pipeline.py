@@ -33,6 +33,7 @@ class Options:
     launch: str = DEFAULT_LAUNCH  # "sink" | "fused" | "kernel" (passes/group.py)
     reuse: bool = True  # launches that are the same computation share one kernel
     embed_native: bool = False  # also embed executables compiled for this host
+    fuse_min_flops: int = group.MIN_GROUP_FLOPS  # fused mode: a group's work before it ends
 
     def runs(self, name):
         return name not in self.disabled
@@ -75,7 +76,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     t0 = time.perf_counter()
     output_names, n_nodes = graph.outputs, len(graph.nodes)
     graph, order, info = prepare(graph, options)
-    groups = group.run(order, options.launch)
+    groups = group.run(order, options.launch, info, options.fuse_min_flops)
     labels = [group.label(g, options.launch, i) for i, g in enumerate(groups)]
     debug.log(1, f"group[{options.launch}]: {len(order)} nodes -> {len(groups)} launches")
     live = liveness.run(graph, groups, info, options.weights, materialize_all=options.launch == "kernel")

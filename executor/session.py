@@ -1,9 +1,10 @@
 """A loaded plan: one arena, a constant pool, compiled kernels; `run` replays a step.
 
-Per step: check the feeds (the arena is untouched if any is wrong), stage them on the
-device, then
-  sink plan:          one launch `(arena, *pool, *feeds) -> (arena, *outputs)`;
-  fused/kernel plan:  the input kernel, the launches in order, the output kernel.
+Per step: check the feeds (the arena is untouched if any is wrong), then
+  sink plan:    one launch `(arena, *pool, *feeds) -> (arena, *outputs)`;
+  fused plan:   the launches in order; the first takes the feeds, the last returns
+                the outputs;
+  kernel plan:  the input kernel, the launches in order, the output kernel.
 Every kernel that writes the arena donates it, so the arena's device buffer never
 changes (tests check the pointer). Per step, the only device buffers made are the
 staged feeds (host arrays must be copied to the device: a caller that passes device
@@ -84,7 +85,6 @@ class Session:
         self._inputs = [T[i] for i in plan.inputs]
         self._outputs = [T[i] for i in plan.outputs]
         self._output_names = list(plan.output_names)
-        self._sink = plan.launch_mode == "sink"
         words = plan.arena_bytes // formats.WORD_BYTES
         arena_sig = [((words,), "uint32")]
         sig = lambda idx: [(T[i].shape, dtypes.storage_dtype(T[i].dtype)) for i in idx]  # noqa: E731
@@ -96,15 +96,15 @@ class Session:
             k = plan.kernels[l.kernel]
             pool, offs = plan.kernel_args(l)
             takes = arena_sig + sig(pool) + ([((k.n_offsets,), "int32")] if k.n_offsets else [])
-            returns = arena_sig
-            if k.feeds:
-                takes, returns = takes + sig(plan.inputs), returns + sig(plan.outputs)
+            takes += sig(plan.inputs) if k.feeds else []
+            returns = arena_sig + (sig(plan.outputs) if k.returns else [])
             want = ("launch", takes, returns)
             if wants.setdefault(l.kernel, want) != want:
                 raise PlanError(f"launch {s} ({l.node!r}): kernel {k.name!r} is shared with a launch whose "
                                 f"arguments differ in type")
-        if not self._sink:
+        if plan.input_kernel >= 0:
             wants[plan.input_kernel] = ("input", arena_sig + sig(plan.inputs), arena_sig)
+        if plan.output_kernel >= 0:
             wants[plan.output_kernel] = ("output", arena_sig, sig(plan.outputs))
         if plan.place_kernel >= 0:
             wants[plan.place_kernel] = ("place", arena_sig + sig(arena_consts), arena_sig)
@@ -139,10 +139,11 @@ class Session:
             extra = tuple(self._pool[i] for i in pool)
             if offs:
                 extra += (put(np.array([T[i].offset // formats.WORD_BYTES for i in offs], np.int32)),)
-            self._launches.append((self._kernels[l.kernel], extra))
-        self._in_kernel = None if self._sink else self._kernels[plan.input_kernel]
-        self._out_kernel = None if self._sink else self._kernels[plan.output_kernel]
-        self._arena = put(jnp.zeros((words,), jnp.uint32))
+            k = plan.kernels[l.kernel]
+            self._launches.append((self._kernels[l.kernel], extra, k.feeds, k.returns))
+        self._in_kernel = self._kernels[plan.input_kernel] if plan.input_kernel >= 0 else None
+        self._out_kernel = self._kernels[plan.output_kernel] if plan.output_kernel >= 0 else None
+        self._arena = self._zero_arena(words)
         if plan.place_kernel >= 0:
             consts = [put(host_const(i)) for i in arena_consts]
             self._arena = self._kernels[plan.place_kernel](self._arena, *consts)
@@ -152,6 +153,15 @@ class Session:
             jax.block_until_ready(self.run(zeros))
         self._arena.block_until_ready()
         self.load_seconds = time.perf_counter() - t0
+
+    def _zero_arena(self, words):
+        """The arena, zeroed. From host zeros (no XLA program to compile: `jnp.zeros`
+        costs two small compiles, most of a native plan's load) unless it is large,
+        where filling it on the device beats copying zeros across."""
+        if words * formats.WORD_BYTES <= 64 << 20 or self.device.platform == "cpu":
+            return jax.device_put(np.zeros((words,), np.uint32), self.device)
+        with jax.default_device(self.device):
+            return jnp.zeros((words,), jnp.uint32)
 
     def _check_device_memory(self):
         """Refuse a plan that cannot fit: stated memory + inputs + outputs against the
@@ -246,36 +256,37 @@ class Session:
         the storage dtype (int64 inputs are stored as int32), which skip the host copy.
         Outputs are numpy arrays of the logical dtype, or with `device_outputs=True`
         device arrays of the storage dtype, left on the device."""
-        args = self.check_feeds(feeds)
-        if self._sink:
-            kernel, extra = self._launches[0]
-            self._arena, *outs = kernel(self._arena, *extra, *args)
-        else:
-            arena = self._in_kernel(self._arena, *args)
-            for kernel, extra in self._launches:
-                arena = kernel(arena, *extra)
-            self._arena = arena
-            outs = self._out_kernel(arena)
+        outs = self._step(self.check_feeds(feeds))
         if device_outputs:
             return dict(zip(self._output_names, outs))
         return {n: dtypes.from_storage(o, t.dtype) for n, t, o in zip(self._output_names, self._outputs, outs)}
 
-    def run_launches(self, feeds, after=None):
-        """Kernel-by-kernel replay for tools (profile, dump, check): like `run`, but
-        calls `after(index, launch, arena)` after each launch, where `arena` is the
-        current arena device array (read it, do not keep it)."""
-        args = self.check_feeds(feeds)
-        if self._sink:
-            kernel, extra = self._launches[0]
-            self._arena, *outs = kernel(self._arena, *extra, *args)
+    def _step(self, args, after=None):
+        """One step on checked feeds -> the outputs (device arrays). `after(index,
+        launch, arena)` (tools only) runs after the input kernel (index -1, launch
+        None) and after each launch; `arena` is the current arena: read it, do not
+        keep it."""
+        arena = self._arena
+        if self._in_kernel is not None:
+            arena = self._in_kernel(arena, *args)
             if after:
-                after(0, self.plan.launches[0], self._arena)
-        else:
-            arena = self._in_kernel(self._arena, *args)
-            for s, (kernel, extra) in enumerate(self._launches):
-                arena = kernel(arena, *extra)
-                if after:
-                    after(s, self.plan.launches[s], arena)
-            self._arena = arena
+                after(-1, None, arena)
+        outs = ()
+        for s, (kernel, extra, feeds, returns) in enumerate(self._launches):
+            r = kernel(arena, *extra, *args) if feeds else kernel(arena, *extra)
+            if returns:
+                arena, *outs = r
+            else:
+                arena = r
+            if after:
+                after(s, self.plan.launches[s], arena)
+        self._arena = arena
+        if self._out_kernel is not None:
             outs = self._out_kernel(arena)
+        return outs
+
+    def run_launches(self, feeds, after):
+        """Launch-by-launch replay for tools (profile, dump, check): like `run`, with
+        `after` as in `_step`; -> outputs as `run` returns them."""
+        outs = self._step(self.check_feeds(feeds), after)
         return {n: dtypes.from_storage(o, t.dtype) for n, t, o in zip(self._output_names, self._outputs, outs)}

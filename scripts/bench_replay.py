@@ -189,7 +189,8 @@ def load_models(args, tmp):
     for name in [m for m in args.models.split(",") if m]:
         path = os.path.join(ROOT, "plans", "examples", name, "model.json")
         if not os.path.exists(path):
-            sys.exit(f"no example model {name!r} (plans/examples has: {', '.join(sorted(os.listdir(os.path.dirname(os.path.dirname(path)))))})")
+            have = sorted(os.listdir(os.path.join(ROOT, "plans", "examples")))
+            sys.exit(f"no example model {name!r} (plans/examples has: {', '.join(have)})")
         g, d = model_json.load(path)
         models.append(Model(name, g, d, path))
     for name in [m for m in args.onnx.split(",") if m]:
@@ -253,9 +254,11 @@ def latency(models, args):
 
     import executor
 
-    rule(f"2. step latency, ms: median (min-max) over {args.rounds} interleaved rounds; ratios to jit(args)")
+    rule(f"2. step latency, ms: median (min-max) over {args.rounds} interleaved rounds")
     print("   host = numpy in -> numpy out (feeds copied to the device, outputs read back: the same round trip for "
-          "all);\n   device = device arrays in (storage dtype) -> device arrays out, synchronised")
+          "all);\n   device = device arrays in (storage dtype) -> device arrays out, synchronised;\n"
+          "   x jit = ratio to jit(args) (weights as arguments, like the plans' constant pool), x const = ratio to "
+          "jit(const);\n   targets are judged on the host round trip's x jit")
     print(f"{'model':12s} {'runner':10s} {'steps':>5s} {'host ms':>26s} {'x jit':>6s} {'x const':>7s} "
           f"{'device ms':>26s} {'x jit':>6s} {'target':>7s} {'':4s}")
     for m in models:
@@ -290,13 +293,13 @@ def latency(models, args):
             rd = med[(k, "device")] / med[("jit(args)", "device")]
             target = TARGETS.get(k)
             verdict = "" if target is None else ("ok" if rh <= target else "MISS")
-            print(f"{m.name:12s} {k:10s} {per_round * args.rounds:5d} {fmt_ms(times[(k, 'host')]):>26s} {rh:6.2f} {rc:7.2f} "
-                  f"{fmt_ms(times[(k, 'device')]):>26s} {rd:6.2f} {'<=' + str(target) if target else '':>7s} "
+            print(f"{m.name:12s} {k:10s} {per_round * args.rounds:5d} {fmt_ms(times[(k, 'host')]):>26s} {rh:6.2f} "
+                  f"{rc:7.2f} {fmt_ms(times[(k, 'device')]):>26s} {rd:6.2f} {'<=' + str(target) if target else '':>7s} "
                   f"{verdict:4s}", flush=True)
         for mode in ("kernel", "fused"):
             n = len(m.plans[mode].launches)
             per = [(med[(mode, w)] - med[("sink", w)]) / n * 1e6 for w in ("host", "device")]
-            print(f"{'':12s} {mode} overhead per launch ((({mode} - sink) / {n} launches): host {per[0]:.1f} us, "
+            print(f"{'':12s} {mode} overhead per launch (({mode} - sink) / {n} launches): host {per[0]:.1f} us, "
                   f"device {per[1]:.1f} us")
         print(f"{'':12s} jit(const) / jit(args): host {med[('jit(const)', 'host')] / med[('jit(args)', 'host')]:.2f}, "
               f"device {med[('jit(const)', 'device')] / med[('jit(args)', 'device')]:.2f} (closed-over weights vs "
@@ -432,7 +435,8 @@ def main():
         args.ready_repeats, args.fresh_repeats = 1, 1
 
     t_start = time.perf_counter()
-    import jax
+    import executor  # noqa: F401  (first: it turns JAX's GPU preallocation off before the backend starts, and the
+    import jax  # fresh processes of section 4 inherit that setting, peers included)
     import jaxlib
 
     d = jax.devices()[0]

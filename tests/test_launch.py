@@ -32,7 +32,8 @@ def test_modes_shape_the_plan(mode_examples):
         _, kernel, _ = mode_examples[name, "kernel"]
         # sink: one launch that takes the feeds and returns the outputs
         assert len(sink.launches) == 1 and sink.input_kernel == sink.output_kernel == -1
-        assert sink.kernels[sink.launches[0].kernel].feeds
+        assert sink.kernels[sink.launches[0].kernel].feeds and sink.kernels[sink.launches[0].kernel].returns
+        assert kernel.input_kernel >= 0 and kernel.output_kernel >= 0
         ran = sum(len(l.nodes) for l in kernel.launches)
         assert sum(len(l.nodes) for l in fused.launches) == len(sink.launches[0].nodes) == ran
         assert len(kernel.launches) == ran and all(len(l.nodes) == 1 for l in kernel.launches)
@@ -47,7 +48,26 @@ def test_modes_shape_the_plan(mode_examples):
 @pytest.mark.parametrize("name", ["cnn", "transformer"])
 def test_fused_groups_at_most_a_third_of_the_nodes(mode_examples, name):
     graph, plan, _ = mode_examples[name, "fused"]
-    assert 1 < len(plan.launches) <= len(graph.nodes) / 3, [l.node for l in plan.launches]
+    assert 1 <= len(plan.launches) <= len(graph.nodes) / 3, [l.node for l in plan.launches]
+    # the first launch takes the inputs and the last returns the outputs
+    assert plan.input_kernel == plan.output_kernel == -1
+    assert plan.kernels[plan.launches[0].kernel].feeds and plan.kernels[plan.launches[-1].kernel].returns
+
+
+def test_fused_one_contraction_per_group(mode_examples):
+    """fuse_min_flops=0: every contraction starts a group (the transformer's tiny
+    matmuls otherwise share one); groups cross through the arena, same numbers."""
+    graph, _, sink = mode_examples["transformer", "sink"]
+    plan, sess = compile_and_load(graph, launch="fused", fuse_min_flops=0)
+    anchors = sum(1 for l in plan.launches for n in l.nodes if n in {"q", "k", "v", "qk", "ctx", "o", "ff1", "ff2"})
+    assert len(plan.launches) == 8 and anchors == 8
+    assert any(t.kind == "intermediate" and t.storage == "arena" for t in plan.tensors)
+    for seed in (0, 1):
+        feeds = random_feeds(graph, seed)
+        want = reference.evaluate(graph, feeds)
+        got = sess.run(feeds)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
 def test_kernel_reuse_shares_kernels_with_runtime_offsets(kernel_examples):

@@ -26,7 +26,8 @@ def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, la
     return Plan(
         launch_mode=launch_mode, weights=weights, planner=mem.planner, passes=tuple(passes), alignment=formats.ALIGNMENT,
         arena_bytes=mem.arena_bytes, tensors=tensors, constants=constants,
-        kernels=tuple(PlanKernel(k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, k.native)
+        kernels=tuple(PlanKernel(k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, k.returns,
+                                 k.native)
                       for k in kernels),
         launches=tuple(Launch(k, label, *liveness.steps[s], nodes)
                        for s, (k, label, nodes) in enumerate(lowered.launches)),

@@ -1,10 +1,13 @@
 """group: the schedule -> launches, by launch mode.
 
     kernel   one launch per node
-    fused    contiguous runs of the schedule, each holding at most one "anchor" (a
-             contraction: conv, matmul, gemm, einsum) and the cheap ops around it:
-             conv + bias + activation + pool, matmul + add + reshape + transpose,
-             matmul + scale + softmax. Leading cheap ops join the first anchor's group.
+    fused    contiguous runs of the schedule, each holding one "anchor" (a contraction:
+             conv, matmul, gemm, einsum) and the cheap ops around it: conv + bias +
+             activation + pool, matmul + add + reshape + transpose, matmul + scale +
+             softmax. Leading cheap ops join the first anchor's group. A group whose
+             work is below MIN_GROUP_FLOPS also takes the next anchor: a launch costs
+             10-40 us of dispatch on a CPU (measured, scripts/bench_replay.py), so a
+             group must carry at least about that much work to be worth its launch.
     sink     one launch: the whole step
 
 A run of a topological order is always a valid launch: launches execute in schedule
@@ -13,26 +16,47 @@ Only tensors that cross launches (and the graph's inputs and outputs) are given 
 bytes; the others live inside one kernel, where XLA plans them.
 """
 
+import math
+
 ANCHORS = frozenset({"conv", "conv2d", "matmul", "gemm", "einsum"})
 MODES = ("sink", "fused", "kernel")
+MIN_GROUP_FLOPS = 2_000_000  # ~20 us at ~100 GFLOP/s: about one launch's dispatch cost
 
 
-def run(order, mode):
-    """-> tuple of tuples of nodes, in schedule order."""
+def flops(node, info):
+    """A rough count of a node's arithmetic: 2*M*N*K for contractions, one per output
+    element for the rest (used only to size fused groups)."""
+    out = sum(math.prod(info[o].shape) for o in node.outputs)
+    ins = [info[i].shape for i in node.inputs]
+    if node.op in ("conv", "conv2d") and len(ins) > 1:
+        return 2 * out * math.prod(ins[1][1:])  # weight (Cout, Cin/groups, k...)
+    if node.op in ("matmul", "gemm") and ins and ins[0]:
+        a = ins[0]
+        k = a[0] if node.op == "gemm" and node.attr("trans_a", 0) else a[-1]
+        return 2 * out * k
+    if node.op == "einsum":
+        return 2 * max([out] + [math.prod(s) for s in ins])
+    return out
+
+
+def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS):
+    """-> tuple of tuples of nodes, in schedule order (`info`: tensor name ->
+    TensorInfo, needed for fused mode)."""
     if mode == "kernel":
         return tuple((n,) for n in order)
     if mode == "sink":
         return (tuple(order),) if order else ()
     if mode != "fused":
         raise ValueError(mode)
-    groups, cur, has_anchor = [], [], False
+    groups, cur, has_anchor, work = [], [], False, 0
     for n in order:
         if n.op in ANCHORS:
-            if has_anchor:
+            if has_anchor and work >= min_flops:
                 groups.append(tuple(cur))
-                cur = []
+                cur, work = [], 0
             has_anchor = True
         cur.append(n)
+        work += flops(n, info)
     if cur:
         groups.append(tuple(cur))
     return tuple(groups)

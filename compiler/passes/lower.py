@@ -13,10 +13,11 @@ takes the arena offsets as a runtime int32 vector; a computation run once keeps 
 offsets static. Each kernel is compiled once for the build host, which records XLA's
 temp bytes as its workspace and, with `native`, gives the executable to embed.
 
-Three more kernels move data across the arena's edge in kernel and fused mode: the
-input kernel `(arena, *inputs) -> arena`, the output kernel `arena -> outputs`, and
-the place kernel `(arena, *arena_constants) -> arena` the executor runs once at load.
-In sink mode the one launch takes the inputs and returns the outputs itself.
+In sink and fused mode the first launch takes the inputs (and writes them to their
+offsets) and the last returns the outputs. Kernel mode keeps two more kernels for
+that, the input kernel `(arena, *inputs) -> arena` and the output kernel
+`arena -> outputs`. The place kernel `(arena, *arena_constants) -> arena` runs once
+at load when weights live in the arena.
 """
 
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class LoweredKernel:
     workspace_bytes: int
     n_offsets: int
     feeds: bool
+    returns: bool
     native: bytes
     alias_bytes: int
 
@@ -93,9 +95,10 @@ def _group_key(group, reads, writes, recs):
             tuple((ref[recs[t].name], recs[t].dtype, recs[t].shape) for t in writes))
 
 
-def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, sink):
-    """The kernel function: (arena, *pool, [offsets], [*feeds]) -> arena [, *outputs];
-    a sink kernel takes the feeds and returns the outputs (`writes`)."""
+def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns):
+    """The kernel function: (arena, *pool, [offsets], [*feeds]) -> arena [, *returns].
+    `feeds`: the plan's inputs, taken as arguments (and written to their offsets);
+    `returns`: the plan's outputs, returned (from this group, or read from the arena)."""
     pool_reads = [t for t in reads if recs[t].storage == "pool"]
     arena_reads = [t for t in reads if recs[t].storage == "arena" and t not in feeds]
     n_pool = len(pool_reads)
@@ -110,14 +113,13 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, sink):
         env = {recs[t].name: v for t, v in zip(pool_reads, pool_vals)}
         for t in arena_reads:
             env[recs[t].name] = arena_io.read(arena, word[t], recs[t].dtype, recs[t].shape)
-        for t, v in zip(feeds, rest):  # sink: the inputs come as arguments; keep them in the arena too
+        for t, v in zip(feeds, rest):  # the inputs come as arguments; keep them in the arena too
             arena = arena_io.write(arena, _word(offsets[t]), recs[t].dtype, v)
             env[recs[t].name] = v
         for node in group:
             results = ops.get(node.op).lower(node, *[env[i] for i in node.inputs])
             for name, v in zip(node.outputs, results):
                 env[name] = v
-        outs = []
         for t in writes:
             r = recs[t]
             v = env[r.name]
@@ -126,8 +128,11 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, sink):
                 raise ModelError(f"tensor {r.name!r}: lowering produced {v.dtype}{list(v.shape)}, the shape rule "
                                  f"said {r.dtype}{list(r.shape)} (an op library bug)")
             arena = arena_io.write(arena, word[t], r.dtype, v)
-            outs.append(v)
-        return (arena, *outs) if sink else arena
+        if returns is None:
+            return arena
+        outs = [env[recs[t].name] if recs[t].name in env else
+                arena_io.read(arena, _word(offsets[t]), recs[t].dtype, recs[t].shape) for t in returns]
+        return (arena, *outs)
 
     return kernel, pool_reads
 
@@ -147,12 +152,17 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     outputs = [idx[o] for o in output_names]
     sink = mode == "sink"
 
-    def add(name, fn, specs, n_offsets=0, feeds=False, donate=True):
+    def add(name, fn, specs, n_offsets=0, feeds=False, returns=False, donate=True):
         blob, temp, alias, nat = export(name, fn, specs, donate)
-        kernels.append(LoweredKernel(name, blob, temp, n_offsets, feeds, nat, alias))
+        kernels.append(LoweredKernel(name, blob, temp, n_offsets, feeds, returns, nat, alias))
         return len(kernels) - 1
 
-    keys = [_group_key(g, *liveness.steps[s], recs) for s, g in enumerate(groups)]
+    # sink and fused plans: the first launch takes the inputs and the last returns the
+    # outputs (no separate input/output launches); kernel mode keeps them separate
+    io_in_launches = mode != "kernel"
+    last = len(groups) - 1
+    ends = [(io_in_launches and s == 0, io_in_launches and s == last) for s in range(len(groups))]
+    keys = [(_group_key(g, *liveness.steps[s], recs), ends[s]) for s, g in enumerate(groups)]
     uses = {}
     for key in keys:
         uses[key] = uses.get(key, 0) + 1
@@ -163,16 +173,17 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
         if key in made:
             k = made[key]
         else:
-            dynamic = reuse and not sink and uses[key] > 1
-            feeds = tuple(inputs) if sink else ()
-            fn, pool_reads = _group_kernel(group, reads, writes if not sink else tuple(outputs), recs, offsets,
-                                           dynamic, feeds, sink)
+            takes_feeds, gives_outputs = ends[s]
+            dynamic = reuse and not sink and uses[key] > 1 and not (takes_feeds or gives_outputs)
+            feeds = tuple(inputs) if takes_feeds else ()
+            fn, pool_reads = _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds,
+                                           tuple(outputs) if gives_outputs else None)
             n_off = sum(1 for t in reads if recs[t].storage == "arena") + len(writes) if dynamic else 0
             specs = [arena_spec] + [_spec(recs[t]) for t in pool_reads]
             if dynamic:
                 specs.append(jax.ShapeDtypeStruct((n_off,), jnp.int32))
             specs += [_spec(recs[t]) for t in feeds]
-            k = add(_kernel_name(len(kernels), group), fn, specs, n_off, sink)
+            k = add(_kernel_name(len(kernels), group), fn, specs, n_off, takes_feeds, gives_outputs)
             if dynamic:
                 made[key] = k
         launches.append((k, labels[s], tuple(n.name for n in group)))
@@ -180,7 +191,7 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
             progress(1)
 
     in_k = out_k = -1
-    if not sink:
+    if not io_in_launches:
         def write_inputs(arena, *xs):
             for t, x in zip(inputs, xs):
                 arena = arena_io.write(arena, _word(offsets[t]), recs[t].dtype, x)
@@ -202,6 +213,6 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
         place_k = add("place_constants", place_constants, [arena_spec] + [_spec(recs[t]) for t in arena_consts])
     fp = native.fingerprint(native_for) if native_for is not None and any(k.native for k in kernels) else ""
     if not fp:
-        kernels = [LoweredKernel(k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, b"", k.alias_bytes)
-                   for k in kernels]
+        kernels = [LoweredKernel(k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, k.returns, b"",
+                                 k.alias_bytes) for k in kernels]
     return Lowered(tuple(kernels), tuple(launches), in_k, out_k, place_k, tuple(sorted(export.platforms)), fp)
