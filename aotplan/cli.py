@@ -143,11 +143,14 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
               help="Also embed executables compiled for this host: a host with the same fingerprint (platform, "
                    "device kind, jax/jaxlib, CPU features) that trusts the plan loads in milliseconds instead of "
                    "compiling. Sign the plan (--sign-key) so hosts can trust it.")
+@click.option("--target", type=click.Choice(["host", "cpu", "cuda", "both"]), default="host", show_default=True,
+              help="Platforms the plan's portable kernels are exported for: this host's, cpu, cuda (NVIDIA "
+                   "GPUs; exported without a GPU here), or both. Workspace bytes are measured on this host.")
 @click.option("--sign-key", type=click.Path(dir_okay=False), metavar="FILE",
               help="Sign the plan with HMAC-SHA256 using the key in FILE (at least 16 bytes).")
 @_handle_errors
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, fuse_min_flops,
-                no_kernel_reuse, embed_executables, sign_key):
+                no_kernel_reuse, embed_executables, target, sign_key):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     from aotplan import codec
     from aotplan.fileio import atomic_write
@@ -156,6 +159,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     opts = pipeline.Options(planner=planner or pipeline.DEFAULT_PLANNER, weights=weights or pipeline.DEFAULT_WEIGHTS,
                             disabled=frozenset(disabled), launch=launch, reuse=not no_kernel_reuse,
                             embed_native=embed_executables,
+                            targets={"host": (), "both": ("cpu", "cuda")}.get(target, (target,)),
                             **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}))
     key = codec.read_key(sign_key) if sign_key else None
     bar = {}

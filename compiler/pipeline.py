@@ -23,6 +23,7 @@ DEFAULT_PLANNER = "greedy_by_size"
 DEFAULT_WEIGHTS = "pool"
 DEFAULT_LAUNCH = "sink"
 LAUNCH_MODES = group.MODES
+TARGETS = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Options:
     reuse: bool = True  # launches that are the same computation share one kernel
     embed_native: bool = False  # also embed executables compiled for this host
     fuse_min_flops: int = group.MIN_GROUP_FLOPS  # fused mode: a group's work before it ends
+    targets: tuple = ()  # platforms to export for ("cpu", "cuda"); () = this host's
 
     def runs(self, name):
         return name not in self.disabled
@@ -95,7 +97,11 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
         import jax
 
         native_for = jax.devices()[0]
-    lowered = lower.run(groups, labels, live, mem, graph.outputs, options.launch, options.reuse, native_for, progress)
+    unknown = sorted(set(options.targets) - set(TARGETS))
+    if unknown:
+        raise ModelError(f"unknown target {unknown[0]!r} (choose from {', '.join(TARGETS)})")
+    lowered = lower.run(groups, labels, live, mem, graph.outputs, options.launch, options.reuse, native_for, progress,
+                        options.targets)
     debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches")
     passes = tuple(p for p in CLEANUP_PASSES if options.runs(p))
     plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes, options.launch)

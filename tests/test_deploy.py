@@ -186,3 +186,23 @@ def test_cli_sign_and_trust(tmp_path):
     r = subprocess.run(base + ["replay", str(plan), "--random-inputs", "--trust-key", str(short)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "needs at least 16" in r.stderr, r.stderr
+
+
+def test_targets_cpu_and_cuda(examples, tmp_path):
+    """Kernels exported for cpu and cuda run here; a cuda-only plan is refused here
+    with a clear message (no GPU on this machine: the cuda lowering is exported only)."""
+    from compiler import pipeline
+
+    graph, plan, sess = examples["mlp"]
+    both = pipeline.compile_graph(graph, plan.provenance.model_digest, pipeline.Options(targets=("cpu", "cuda"))).plan
+    assert both.provenance.platforms == ("cpu", "cuda")
+    feeds = random_feeds(graph, 0)
+    got = executor.load(_write(tmp_path, both, "both.plan")).run(feeds)
+    want = sess.run(feeds)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    cuda = pipeline.compile_graph(graph, plan.provenance.model_digest, pipeline.Options(targets=("cuda",))).plan
+    assert cuda.provenance.platforms == ("cuda",) and cuda.memory == plan.memory
+    if __import__("jax").devices()[0].platform == "cpu":
+        with pytest.raises(PlanError, match="was exported for cuda; this host runs cpu"):
+            executor.load(_write(tmp_path, cuda, "cuda.plan"))

@@ -62,25 +62,35 @@ def _word(offset):
     return offset // formats.WORD_BYTES
 
 
+def host_platform():
+    p = jax.devices()[0].platform
+    return "cuda" if p == "gpu" else p
+
+
 class _Exporter:
-    def __init__(self, native_for):
+    def __init__(self, native_for, targets):
         self.native_for = native_for  # a device to build native executables for, or None
+        self.targets = tuple(targets) if targets else (host_platform(),)
         self.platforms = set()
 
     def __call__(self, name, fn, specs, donate=True):
         fn.__name__ = name
         jitted = jax.jit(fn, donate_argnums=0) if donate else jax.jit(fn)
+        host = host_platform()
         with jax_config.traceback_in_locations_limit(0):
-            exp = jax.export.export(jitted)(*specs)
+            exp = jax.export.export(jitted, platforms=self.targets)(*specs)
             # compiled exactly as the executor compiles it (exp.call), so the workspace
-            # and the embedded executable are those of the program the host will run
-            call = jax.jit(exp.call, donate_argnums=0) if donate else jax.jit(exp.call)
-            compiled = call.lower(*exp.in_avals).compile()
+            # and the embedded executable are those of the program the host will run;
+            # a build host outside the targets compiles its own export, for the workspace
+            here = exp if host in self.targets else jax.export.export(jitted, platforms=(host,))(*specs)
+            call = jax.jit(here.call, donate_argnums=0) if donate else jax.jit(here.call)
+            compiled = call.lower(*here.in_avals).compile()
         ma = compiled.memory_analysis()
         temp = int(getattr(ma, "temp_size_in_bytes", 0) or 0) if ma is not None else 0
         alias = int(getattr(ma, "alias_size_in_bytes", 0) or 0) if ma is not None else 0
         self.platforms.update(exp.platforms)
-        blob = native.serialize(compiled, self.native_for) if self.native_for is not None else b""
+        native_ok = self.native_for is not None and host in self.targets
+        blob = native.serialize(compiled, self.native_for) if native_ok else b""
         return bytes(exp.serialize()), temp, alias, blob
 
 
@@ -142,11 +152,13 @@ def _kernel_name(k, group):
     return f"k{k}_{ops_[0]}" + (f"+{len(ops_) - 1}" if len(ops_) > 1 else "")
 
 
-def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None):
-    """-> Lowered. `groups`/`labels`: the launches (passes/group.py)."""
+def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None,
+        targets=None):
+    """-> Lowered. `groups`/`labels`: the launches (passes/group.py); `targets`: the
+    platforms to export for (default: this host's)."""
     recs, idx, offsets = liveness.tensors, liveness.index(), mem.offsets
     arena_spec = jax.ShapeDtypeStruct((mem.arena_bytes // formats.WORD_BYTES,), jnp.uint32)
-    export = _Exporter(native_for)
+    export = _Exporter(native_for, targets)
     kernels, launches = [], []
     inputs = [i for i, t in enumerate(recs) if t.kind == "input"]
     outputs = [idx[o] for o in output_names]
