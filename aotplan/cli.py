@@ -301,10 +301,17 @@ def _trust_options(fn):
     return fn
 
 
-def _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir, warmup=True):
+def _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir, warmup=True,
+                  isolate=False):
     import executor
     from aotplan import codec
 
+    if isolate:
+        from executor import isolate as iso
+
+        report = iso.probe(plan_path, codec.read_key(trust_key) if trust_key else None, require_signature,
+                           trust_executables)
+        click.echo(f"plan {plan_path}: checked in a child process: {report.line()}")
     return executor.load(plan_path, trust_key=codec.read_key(trust_key) if trust_key else None,
                          require_signature=require_signature, trust_executables=trust_executables,
                          cache_dir=cache_dir, warmup=warmup)
@@ -338,12 +345,16 @@ def _feeds(session, inputs, random_inputs, seed):
 @click.option("--dump", "dump_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="After one step, write every tensor each launch wrote as DIR/NNNN_<tensor>.npy (compile with "
                    "--launch kernel to see every tensor; fused and sink plans keep intermediates inside kernels).")
+@click.option("--isolate", is_flag=True,
+              help="First load the plan in a child process (as `aotplan verify` does): a plan whose kernels "
+                   "crash XLA is refused with an error instead of taking this process down.")
 @_trust_options
 @_handle_errors
-def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc, profile, dump_dir, trust_key,
-           require_signature, trust_executables, cache_dir):
+def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc, profile, dump_dir, isolate,
+           trust_key, require_signature, trust_executables, cache_dir):
     """Load PLAN, run it STEPS times in place, print its outputs and step times."""
-    session = _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir)
+    session = _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
+                            isolate=isolate)
     feeds = _feeds(session, inputs, random_inputs, seed)
     times = []
     for _ in range(steps):
@@ -485,6 +496,43 @@ def plan_summary(plan, path):
                       "reads": [plan.tensors[i].name for i in l.reads],
                       "writes": [plan.tensors[i].name for i in l.writes]} for l in plan.launches],
     }
+
+
+@main.command("verify")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.option("--timeout", type=click.FloatRange(min=1), default=600, show_default=True, metavar="SECONDS",
+              help="Give up on a child that has not finished loading the plan after this long.")
+@_trust_options
+@_handle_errors
+def verify_cmd(plan_path, timeout, trust_key, require_signature, trust_executables, cache_dir):
+    """Check PLAN fully before deploying or serving it.
+
+    In this process: the header, the payload digest, the signature (with --trust-key),
+    every field, and the verifier (offsets within the arena and aligned, no overlap
+    between tensors live at once, launches read only what was written before them,
+    every output written). Then in a child process: every kernel deserialized and
+    compiled for this host (or its native executable loaded) and one step run on zero
+    inputs. Corrupt kernel bytes can crash XLA itself; here a crash is reported as an
+    error naming the kernel. Exits 0 if the plan is sound, 2 if not."""
+    from aotplan import codec, verify
+    from executor import isolate
+
+    if cache_dir:
+        os.environ["AOTPLAN_CACHE_DIR"] = cache_dir
+    key = codec.read_key(trust_key) if trust_key else None
+    if key is None and os.environ.get("AOTPLAN_TRUST_KEY"):
+        key = codec.read_key(os.environ["AOTPLAN_TRUST_KEY"])
+    data = codec.read_bytes(plan_path)
+    plan, trusted = codec.decode_checked(data, key, require_signature)
+    verify.verify(plan)
+    signed = "signature verified" if trusted else (
+        "signed, no key given" if codec.read_header(data)[0].get("signature") is not None else "unsigned")
+    click.echo(f"plan {plan_path}: format {int.from_bytes(data[8:12], 'little')}, launch mode {plan.launch_mode}, "
+               f"{len(plan.tensors)} tensors, {len(plan.launches)} launches, {len(plan.kernels)} kernels; "
+               f"{signed}; fields and verifier ok")
+    report = isolate.probe(plan_path, key, require_signature, trust_executables, timeout=timeout)
+    click.echo(f"  {report.line()}")
+    click.echo("ok")
 
 
 @main.command()

@@ -14,6 +14,7 @@ program's results); offsets and constants were placed at load.
 
 import logging
 import os
+import threading
 import time
 
 import jax
@@ -33,7 +34,7 @@ def _env_key():
 
 
 def load(path, device=None, warmup=True, trust_key=None, require_signature=False, trust_executables=False,
-         cache_dir=None):
+         cache_dir=None, progress=None):
     """Read, verify and load a plan file -> Session.
 
     trust_key: bytes; the plan's HMAC signature must verify with it (default: the key
@@ -43,7 +44,7 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     trust_executables: use the plan's native executables without a signature.
     cache_dir: a persistent XLA compilation cache for kernels compiled from StableHLO
         (default: AOTPLAN_CACHE_DIR, if set). It is JAX's process-wide cache setting.
-    See `Session` for `warmup`.
+    See `Session` for `warmup` and `progress`.
     """
     if trust_key is None:
         trust_key = _env_key()
@@ -51,7 +52,7 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     if cache_dir:
         enable_cache(cache_dir)
     plan, trusted = codec.read_checked(path, trust_key, require_signature)
-    return Session(plan, device=device, warmup=warmup, trusted=trusted or trust_executables)
+    return Session(plan, device=device, warmup=warmup, trusted=trusted or trust_executables, progress=progress)
 
 
 def enable_cache(cache_dir):
@@ -73,10 +74,19 @@ class Session:
     """`warmup`: run one step on zero inputs while loading. The first launch of some XLA
     kernels (convolutions on CPU) pays a one-time runtime set-up of tens of ms; an
     inference host wants that in load time, not in its first request.
-    `trusted`: the plan's native executables may be used (where the host matches)."""
+    `trusted`: the plan's native executables may be used (where the host matches).
+    `progress`: called with a short text before each stage of loading (each kernel,
+    the constants, the warm-up step); `aotplan verify` uses it to name the kernel that
+    crashed a child process.
 
-    def __init__(self, plan, device=None, warmup=True, trusted=False):
+    Threads: `run` may be called from several threads; steps are serialized (one
+    lock per session: the arena is one buffer), each caller gets its own outputs."""
+
+    def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None):
         t0 = time.perf_counter()
+        progress = progress or (lambda what: None)
+        self._lock = threading.Lock()
+        progress("verifying the plan")
         verify.verify(plan)
         self.plan = plan
         self.device = device or jax.devices()[0]
@@ -114,6 +124,7 @@ class Session:
         self._kernels = {}
         for ki, (role, takes, returns) in sorted(wants.items()):
             k = plan.kernels[ki]
+            progress(f"loading kernel {k.name!r}")
             exp = load_kernel(k)
             check_signature(k.name, exp, takes, returns)
             donate = role != "output"
@@ -132,6 +143,7 @@ class Session:
             return np.frombuffer(data[i], dtype=dtypes.np_dtype(dtypes.storage_dtype(t.dtype))).reshape(t.shape)
 
         put = lambda a: jax.device_put(a, self.device)  # noqa: E731
+        progress("placing the constants")
         self._pool = {i: put(host_const(i)) for i, t in enumerate(T) if t.storage == "pool"}
         self._launches = []
         for l in plan.launches:
@@ -149,6 +161,7 @@ class Session:
             self._arena = self._kernels[plan.place_kernel](self._arena, *consts)
             del consts
         if warmup:
+            progress("running a warm-up step")
             zeros = {t.name: np.zeros(t.shape, dtypes.np_dtype(t.dtype)) for t in self._inputs}
             jax.block_until_ready(self.run(zeros))
         self._arena.block_until_ready()
@@ -228,6 +241,8 @@ class Session:
                 raise FeedError(f"missing input {t.name!r} ({t.dtype}{list(t.shape)})")
             a = feeds[t.name]
             if isinstance(a, jax.Array):
+                if a.is_deleted():
+                    raise FeedError(f"input {t.name!r}: the device array has been deleted (donated or freed)")
                 storage = dtypes.np_dtype(dtypes.storage_dtype(t.dtype))
                 ok = a.dtype == storage or a.dtype == dtypes.np_dtype(t.dtype)
                 if not ok or tuple(a.shape) != t.shape:
@@ -238,11 +253,17 @@ class Session:
                                     f"{dtypes.storage_dtype(t.dtype)}")
                 args.append(a)
                 continue
+            if isinstance(a, np.ma.MaskedArray):
+                raise FeedError(f"input {t.name!r}: a masked array (its mask would be ignored): pass "
+                                f"`a.filled(value)`")
             if not isinstance(a, (np.ndarray, np.generic)):
                 try:
                     a = np.asarray(a)
                 except Exception as e:
                     raise FeedError(f"input {t.name!r}: not an array ({type(e).__name__}: {e})") from None
+            if a.dtype.hasobject:
+                raise FeedError(f"input {t.name!r}: an array of Python objects ({a.dtype}{list(a.shape)}); "
+                                f"expected {t.dtype}{list(t.shape)}")
             ok = a.dtype == dtypes.np_dtype(t.dtype) or (t.dtype == "int64" and a.dtype == np.int32)
             if not ok or tuple(a.shape) != t.shape:
                 raise FeedError(f"input {t.name!r}: expected {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}")
@@ -255,8 +276,12 @@ class Session:
         Inputs are numpy arrays of the logical dtype, or device arrays (`jax.Array`) of
         the storage dtype (int64 inputs are stored as int32), which skip the host copy.
         Outputs are numpy arrays of the logical dtype, or with `device_outputs=True`
-        device arrays of the storage dtype, left on the device."""
-        outs = self._step(self.check_feeds(feeds))
+        device arrays of the storage dtype, left on the device. Non-contiguous numpy
+        arrays are accepted (copied while staging); NaN and Inf are values like any
+        other. Safe to call from several threads: steps are serialized."""
+        args = self.check_feeds(feeds)
+        with self._lock:
+            outs = self._step(args)
         if device_outputs:
             return dict(zip(self._output_names, outs))
         return {n: dtypes.from_storage(o, t.dtype) for n, t, o in zip(self._output_names, self._outputs, outs)}
@@ -288,5 +313,7 @@ class Session:
     def run_launches(self, feeds, after):
         """Launch-by-launch replay for tools (profile, dump, check): like `run`, with
         `after` as in `_step`; -> outputs as `run` returns them."""
-        outs = self._step(self.check_feeds(feeds), after)
+        args = self.check_feeds(feeds)
+        with self._lock:
+            outs = self._step(args, after)
         return {n: dtypes.from_storage(o, t.dtype) for n, t, o in zip(self._output_names, self._outputs, outs)}

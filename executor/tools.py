@@ -102,6 +102,73 @@ def _mem_stats(device):
         return {}
 
 
+# ------------------------------------------------------------------ soak
+
+@dataclass(frozen=True)
+class SoakReport:
+    steps: int
+    mismatches: int  # steps whose outputs differ (bitwise) from the first outputs for the same feeds
+    first_mismatch: str  # where the first mismatch was, or ""
+    live_arrays: tuple  # (min, max) of len(jax.live_arrays()) at the samples after warm-up
+    rss_bytes: tuple  # RSS at the samples (the first taken after warm-up)
+    rss_slack: int
+    seconds: float
+    ok: bool
+
+    @property
+    def rss_growth_bytes(self):
+        return self.rss_bytes[-1] - self.rss_bytes[0]
+
+    def lines(self):
+        yield (f"soak: {self.steps} steps in {self.seconds:.1f} s ({self.steps / max(self.seconds, 1e-9):.0f} "
+               f"steps/s); outputs {'identical' if not self.mismatches else f'DIFFERENT in {self.mismatches} steps'}"
+               f" for identical inputs; live arrays {self.live_arrays[0]}..{self.live_arrays[1]}; RSS "
+               f"{self.rss_bytes[0] / 2**20:.1f} -> {self.rss_bytes[-1] / 2**20:.1f} MiB "
+               f"(growth {self.rss_growth_bytes / 2**20:+.2f} MiB, slack {self.rss_slack / 2**20:.0f} MiB)")
+        if self.first_mismatch:
+            yield f"  first mismatch: {self.first_mismatch}"
+        yield "  ok" if self.ok else "  FAIL"
+
+
+def soak(session, feeds_list, steps, warm=20, samples=20, rss_slack=8 << 20, on_sample=None):
+    """Run `steps` steps cycling over `feeds_list`; every step's outputs must equal,
+    bit for bit, the first outputs for the same feeds; the count of live jax arrays
+    must stay flat and RSS must not grow by more than `rss_slack` after warm-up.
+    `on_sample(step, report-so-far-line)` is called at `samples` evenly spaced steps."""
+    expected = []
+    for feeds in feeds_list:
+        expected.append(session.run(feeds))
+    for i in range(warm):
+        session.run(feeds_list[i % len(feeds_list)])
+    every = max(1, steps // samples)
+    live, rss = [len(jax.live_arrays())], [_rss_bytes()]
+    mismatches, first = 0, ""
+    t0 = time.perf_counter()
+    for s in range(steps):
+        k = s % len(feeds_list)
+        bad = _first_difference(session.run(feeds_list[k]), expected[k])
+        if bad:
+            mismatches += 1
+            first = first or f"step {s}, output {bad!r} (feeds #{k})"
+        if (s + 1) % every == 0 or s + 1 == steps:
+            live.append(len(jax.live_arrays()))
+            rss.append(_rss_bytes())
+            if on_sample:
+                on_sample(s + 1, live[-1], rss[-1])
+    seconds = time.perf_counter() - t0
+    ok = not mismatches and max(live) == min(live) and rss[-1] - rss[0] <= rss_slack
+    return SoakReport(steps, mismatches, first, (min(live), max(live)), tuple(rss), rss_slack, seconds, ok)
+
+
+def _first_difference(outs, expected):
+    """The first output whose bytes differ, or None. (A function, so that no output
+    outlives it: on CPU a numpy output may be a view that keeps a device buffer.)"""
+    for name, want in expected.items():
+        if outs[name].tobytes() != want.tobytes():
+            return name
+    return None
+
+
 # ------------------------------------------------------------------ profile
 
 @dataclass(frozen=True)

@@ -1,0 +1,125 @@
+"""Check a plan in a child process before trusting this process with it.
+
+A plan's kernels are programs for XLA, and XLA trusts them: corrupt StableHLO can
+crash XLA itself (a segfault or an abort, not an exception). The digest catches
+corruption in transit, but not a plan that was built broken or crafted. `probe(path)`
+loads the plan in a child Python process: header, signature, decoding, the verifier,
+every kernel deserialized and compiled (or its native executable loaded), the
+constants placed, and one warm-up step on zero inputs. A crash or hang of the child
+becomes a PlanError that names what the child was doing (the kernel it was loading);
+an error in the child is raised here as the same error type.
+
+`aotplan verify PLAN` and `aotplan replay --isolate` use it.
+
+The child is `python -m executor.isolate`; its request comes on stdin as JSON, and it
+answers on stdout, one line per stage ("stage <text>"), then one "result <json>" line.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from aotplan import errors
+from aotplan.errors import PlanError
+
+_STAGE, _RESULT = "stage ", "result "
+_CHILD = ("-m", "executor.isolate")  # the child's command line after the interpreter
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    kernels: int  # kernels loaded
+    kernel_source: str  # "native" or "stablehlo"
+    launches: int
+    load_seconds: float  # the child's load, warm-up step included
+    trusted: bool  # the plan's signature verified with the key given
+
+    def line(self):
+        return (f"{self.kernels} kernel{'s' if self.kernels != 1 else ''} ({self.kernel_source}) loaded and one step of {self.launches} launch{'es' if self.launches != 1 else ''} run "
+                f"in a child process in {self.load_seconds:.2f} s")
+
+
+def probe(path, trust_key=None, require_signature=False, trust_executables=False, timeout=600.0):
+    """Load the plan at `path` in a child process -> ProbeReport, or raise the child's
+    error (PlanError, LimitError, ...) or PlanError for a crash or a hang."""
+    request = {"path": os.path.abspath(path), "trust_key": trust_key.hex() if trust_key else None,
+               "require_signature": bool(require_signature), "trust_executables": bool(trust_executables)}
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("AOTPLAN_TRUST_KEY", None)  # the request carries the key (or none)
+    try:
+        r = subprocess.run([sys.executable, *_CHILD], input=json.dumps(request), env=env,
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        stage = _last_stage(e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout)
+        raise PlanError(f"plan {path!r}: loading it in a child process did not finish in {timeout:g} s "
+                        f"(it was {stage})") from None
+    stages = [ln[len(_STAGE):] for ln in r.stdout.splitlines() if ln.startswith(_STAGE)]
+    results = [ln[len(_RESULT):] for ln in r.stdout.splitlines() if ln.startswith(_RESULT)]
+    if r.returncode < 0 or not results:
+        how = _describe_exit(r.returncode)
+        stage = stages[-1] if stages else "starting"
+        tail = _last_line(r.stderr)
+        raise PlanError(f"plan {path!r}: the child process loading it {how} while {stage}"
+                        + (f" ({tail})" if tail else "") + ": the plan is not safe to load") from None
+    res = json.loads(results[-1])
+    if "error" in res:
+        cls = getattr(errors, res["error"], None)
+        if not (isinstance(cls, type) and issubclass(cls, errors.AotplanError)):
+            cls = PlanError
+        raise cls(res["message"])
+    return ProbeReport(**res["report"])
+
+
+def _last_stage(out):
+    stages = [ln[len(_STAGE):] for ln in (out or "").splitlines() if ln.startswith(_STAGE)]
+    return stages[-1] if stages else "starting"
+
+
+def _last_line(text):
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _describe_exit(rc):
+    if rc < 0:
+        try:
+            return f"crashed ({signal.Signals(-rc).name})"
+        except ValueError:
+            return f"crashed (signal {-rc})"
+    return f"exited with status {rc} without a result"
+
+
+def _child():
+    def say(line):
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    try:
+        req = json.loads(sys.stdin.read())
+        import executor
+        from aotplan import codec
+
+        t0 = time.perf_counter()
+        key = bytes.fromhex(req["trust_key"]) if req["trust_key"] else None
+        say(_STAGE + "reading the plan")
+        plan, trusted = codec.read_checked(req["path"], key, req["require_signature"])
+        session = executor.Session(plan, warmup=True, trusted=trusted or req["trust_executables"],
+                                   progress=lambda what: say(_STAGE + what))
+        report = dict(kernels=len(session._kernels), kernel_source=session.kernel_source,
+                      launches=len(session.plan.launches), load_seconds=time.perf_counter() - t0,
+                      trusted=bool(trusted))
+        say(_RESULT + json.dumps({"report": report}))
+    except errors.AotplanError as e:
+        say(_RESULT + json.dumps({"error": type(e).__name__, "message": str(e)}))
+    except Exception as e:  # an exception is not a crash: report it, naming its type
+        say(_RESULT + json.dumps({"error": "PlanError", "message": f"loading failed: {type(e).__name__}: {e}"}))
+
+
+if __name__ == "__main__":
+    _child()

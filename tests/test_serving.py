@@ -1,0 +1,130 @@
+"""A session serving many steps: soak, threads, unusual feeds (issue 6)."""
+
+import threading
+
+import jax
+import numpy as np
+import pytest
+
+from aotplan.errors import FeedError
+from compiler import reference
+from conftest import random_feeds
+from executor import tools
+
+
+@pytest.mark.parametrize("mode", ["sink", "kernel"])
+def test_soak_1000_steps(mode_examples, mode):
+    graph, _, sess = mode_examples["cnn", mode]
+    feeds_list = [random_feeds(graph, s) for s in range(3)]
+    report = tools.soak(sess, feeds_list, 1000, samples=10)
+    assert report.mismatches == 0, report.first_mismatch
+    assert report.live_arrays[0] == report.live_arrays[1], report.live_arrays
+    assert report.rss_growth_bytes <= report.rss_slack, list(report.lines())
+    assert report.ok
+
+
+def test_soak_reports_a_mismatch(examples):
+    """The soak check can fail: a session whose outputs change is caught."""
+    graph, _, sess = examples["mlp"]
+    feeds = random_feeds(graph, 0)
+
+    class Drifting:
+        def __init__(self):
+            self.n = 0
+
+        def run(self, f):
+            self.n += 1
+            out = sess.run(f)
+            return {k: v + (self.n > 30) for k, v in out.items()}
+
+    report = tools.soak(Drifting(), [feeds], 50, warm=5)
+    assert not report.ok and report.mismatches > 0 and "step" in report.first_mismatch
+
+
+@pytest.mark.parametrize("mode", ["sink", "fused", "kernel"])
+def test_threads_share_a_session(mode_examples, mode):
+    """Steps from 8 threads are serialized: every caller gets the outputs of its own feeds."""
+    graph, _, sess = mode_examples["cnn", mode]
+    feeds = [random_feeds(graph, 100 + i) for i in range(8)]
+    want = [sess.run(f) for f in feeds]
+    errors = []
+
+    def worker(i):
+        try:
+            for _ in range(15):
+                got = sess.run(feeds[i])
+                for k in want[i]:
+                    if not np.array_equal(got[k], want[i][k]):
+                        errors.append(f"thread {i}: output {k} differs")
+                        return
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"thread {i}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+
+
+def test_non_contiguous_feeds_accepted(examples):
+    graph, _, sess = examples["cnn"]
+    feeds = random_feeds(graph, 5)
+    x = feeds["image"]
+    strided = np.asfortranarray(x)
+    assert not strided.flags.c_contiguous
+    view = np.ascontiguousarray(np.flip(x, axis=3))[..., ::-1]  # a negative-stride view equal to x
+    assert view.strides[3] < 0
+    want = sess.run(feeds)
+    for a in (strided, view):
+        got = sess.run({"image": a})
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+
+
+@pytest.mark.parametrize("bad,pattern", [
+    (lambda x: x.astype(object), r"input 'image': an array of Python objects"),
+    (lambda x: np.ma.masked_less(x, 0), r"input 'image': a masked array"),
+    (lambda x: x.astype(str), r"input 'image': expected float32\[2, 3, 32, 32\], got <U"),
+    (lambda x: "image", r"input 'image': expected float32"),
+    (lambda x: None, r"input 'image': an array of Python objects \(object\[\]\)"),
+])
+def test_bad_feed_values(examples, bad, pattern):
+    graph, _, sess = examples["cnn"]
+    feeds = random_feeds(graph, 6)
+    want = sess.run(feeds)
+    before = np.asarray(sess._arena).copy()
+    with pytest.raises(FeedError, match=pattern):
+        sess.run({"image": bad(feeds["image"])})
+    np.testing.assert_array_equal(np.asarray(sess._arena), before)
+    got = sess.run(feeds)  # the next correct call is still correct
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_deleted_device_feed(examples):
+    graph, _, sess = examples["cnn"]
+    feeds = random_feeds(graph, 7)
+    x = jax.device_put(feeds["image"])
+    x.delete()
+    with pytest.raises(FeedError, match=r"input 'image': the device array has been deleted"):
+        sess.run({"image": x})
+    sess.run(feeds)
+
+
+@pytest.mark.parametrize("mode", ["sink", "kernel"])
+def test_nan_and_inf_pass_through(mode_examples, mode):
+    graph, _, sess = mode_examples["mlp", mode]
+    feeds = random_feeds(graph, 8)
+    x = next(iter(feeds.values()))
+    x[0, 0], x[1, 1], x[2, 2] = np.nan, np.inf, -np.inf
+    got = sess.run(feeds)
+    want = reference.evaluate(graph, feeds)
+    for k in got:
+        assert np.isnan(got[k]).any()  # NaN reaches the outputs, as in the reference
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, equal_nan=True)
+    # and the next finite step is clean
+    clean = random_feeds(graph, 9)
+    for k, v in sess.run(clean).items():
+        np.testing.assert_allclose(v, reference.evaluate(graph, clean)[k], rtol=1e-5, atol=1e-6)
