@@ -11,7 +11,7 @@ import pytest
 from conftest import EXAMPLES
 
 
-@pytest.mark.parametrize("mode", ["sink", "kernel"])
+@pytest.mark.parametrize("mode", ["sink", "fused", "kernel"])
 def test_byte_identical_across_directories_and_processes(tmp_path, mode):
     outs = []
     for i in range(2):
