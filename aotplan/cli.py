@@ -107,7 +107,7 @@ def _load_model(model, input_shapes):
 
 
 _INPUT_SHAPE_HELP = "For ONNX models: fix an input's shape, e.g. --input-shape input=1,3,224,224 (repeatable)."
-_PASS_NAMES = ("fold", "identity", "bn_fold", "cse", "dce")  # = compiler.pipeline.CLEANUP_PASSES (tested);
+_PASS_NAMES = ("fold", "identity", "bn_fold", "weight_layout", "cse", "dce")  # = compiler.pipeline.CLEANUP_PASSES (tested);
 # spelt out here because the CLI must not import the compiler on hosts that only replay
 _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (tested)
 
@@ -127,7 +127,8 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
                    "shapes, such as an ONNX Reshape's shape fed as a graph input: plans have static shapes.")
 @click.option("--disable-pass", "disabled", multiple=True, type=click.Choice(_PASS_NAMES),
               help="Switch off a graph clean-up pass (repeatable): constant folding, identity/dropout removal, "
-                   "batchnorm folding, common-subexpression and dead-code elimination.")
+                   "batchnorm folding, conv weights stored in the layout the CPU's convolutions read "
+                   "(CPU targets only), common-subexpression and dead-code elimination.")
 @click.option("--launch", type=click.Choice(_LAUNCH_MODES), default="sink", show_default=True,
               help="Launch granularity: sink = the whole step is one XLA program (fastest); fused = one launch "
                    "per group (a contraction and the cheap ops around it), tensors crossing groups live in the "

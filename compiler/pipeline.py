@@ -13,11 +13,13 @@ from aotplan.plan import WEIGHT_PLACEMENTS
 from aotplan.errors import ModelError
 from compiler.passes import (
     bn_fold, cse, dce, emit, fold, group, identity, infer, liveness, lower, plan_memory, schedule, validate,
+    weight_layout,
 )
 
 # Optional graph clean-up passes, in the order they run; each can be switched off.
 # ("fold" off still binds static inputs and evaluates what they need: see passes/fold.py.)
-CLEANUP_PASSES = ("fold", "identity", "bn_fold", "cse", "dce")
+# weight_layout runs only for CPU targets (see passes/weight_layout.py).
+CLEANUP_PASSES = ("fold", "identity", "bn_fold", "weight_layout", "cse", "dce")
 
 DEFAULT_PLANNER = "greedy_by_size"
 DEFAULT_WEIGHTS = "pool"
@@ -38,7 +40,18 @@ class Options:
     targets: tuple = ()  # platforms to export for ("cpu", "cuda"); () = this host's
 
     def runs(self, name):
+        if name == "weight_layout" and self.platforms() != ("cpu",):
+            return False
         return name not in self.disabled
+
+    def platforms(self):
+        """The platforms the kernels are exported for: `targets`, or this host's."""
+        if self.targets:
+            return tuple(self.targets)
+        import jax
+
+        p = jax.devices()[0].platform
+        return ("cuda" if p == "gpu" else p,)
 
 
 @dataclass(frozen=True)
@@ -57,7 +70,8 @@ def prepare(graph, options=Options()):
         raise ModelError(f"unknown pass {unknown[0]!r} (passes: {', '.join(CLEANUP_PASSES)})")
     graph, stats = fold.run(graph, options.runs("fold"))
     debug.log(1, f"fold: {stats.bound} static inputs bound, {stats.folded} nodes folded into constants")
-    for name, p in (("identity", identity), ("bn_fold", bn_fold), ("cse", cse), ("dce", dce)):
+    for name, p in (("identity", identity), ("bn_fold", bn_fold), ("weight_layout", weight_layout), ("cse", cse),
+                    ("dce", dce)):
         if options.runs(name):
             n_before = len(graph.nodes)
             graph, changed = p.run(graph)

@@ -7,7 +7,7 @@ import pytest
 from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
 from compiler import pipeline, reference
 from compiler.passes import bn_fold, cse, dce, fold, identity
-from conftest import EXAMPLE_NAMES, compile_and_load, random_feeds
+from conftest import EXAMPLE_NAMES, compile_and_load, one_node_graph, random_feeds
 
 R = np.random.default_rng(11)
 
@@ -124,7 +124,8 @@ def test_static_input_fed_by_graph_input_is_a_clear_error_and_freezable():
 
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
-@pytest.mark.parametrize("off", [(), ("fold",), ("identity",), ("bn_fold",), ("cse",), ("dce",), pipeline.CLEANUP_PASSES])
+@pytest.mark.parametrize("off", [(), ("fold",), ("identity",), ("bn_fold",), ("weight_layout",), ("cse",), ("dce",),
+                                 pipeline.CLEANUP_PASSES])
 def test_examples_same_with_each_pass_off(examples, name, off):
     graph = examples[name][0]
     feeds = random_feeds(graph, 9)
@@ -142,3 +143,42 @@ def test_plan_records_passes_and_all_off_still_matches(kernel_examples):
     assert plan_off.passes == () and len(plan_off.launches) == len(graph.nodes)
     feeds = random_feeds(graph, 5)
     np.testing.assert_allclose(sess_off.run(feeds)["fc"], sess.run(feeds)["fc"], rtol=1e-5, atol=1e-5)
+
+
+def test_weight_layout_transposes_conv_weights_once():
+    """Conv weights become (spatial..., in, out) constants, shared by convs that shared
+    them; outputs equal those with the pass off, including grouped convs and 1-D/3-D."""
+    from compiler.passes import weight_layout
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 6, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)  # group=2: in/group = 3
+    g = Graph("t", (TensorInfo("x", "float32", x.shape),), ("y", "z"), (
+        Node("c1", "conv", ("x", "w"), ("y",), freeze({"group": 2, "pads": [1, 0, 1, 1]})),
+        Node("c2", "conv", ("x", "w"), ("z",), freeze({"group": 2, "strides": [2, 1]})),
+    ), (Constant("w", "float32", w.shape, w),))
+    g2, changed = weight_layout.run(g)
+    assert changed == 2
+    new = [c for c in g2.constants if c.name == "w:sio"]
+    assert len(new) == 1 and new[0].shape == (3, 2, 3, 4)
+    np.testing.assert_array_equal(new[0].data[1, 0, 2, 3], w[3, 2, 1, 0])
+    assert all(n.attr("weight_layout") == "SIO" and n.inputs[1] == "w:sio" for n in g2.nodes)
+    assert weight_layout.run(g2)[1] == 0  # idempotent
+    on = reference.evaluate(g, {"x": x})
+    off = reference.evaluate(g, {"x": x}, pipeline.Options(disabled=frozenset({"weight_layout"})))
+    for k in ("y", "z"):
+        np.testing.assert_allclose(on[k], off[k], rtol=1e-5, atol=1e-5)
+    for nd in (1, 3):
+        xs = rng.standard_normal((1, 2) + (5,) * nd).astype(np.float32)
+        ws = rng.standard_normal((3, 2) + (2,) * nd).astype(np.float32)
+        g = one_node_graph("conv", [("x", xs)], [("w", ws)])
+        a = reference.evaluate(g, {"x": xs})["y0"]
+        b = reference.evaluate(g, {"x": xs}, pipeline.Options(disabled=frozenset({"weight_layout"})))["y0"]
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_weight_layout_only_for_cpu_targets():
+    assert pipeline.Options(targets=("cpu",)).runs("weight_layout")
+    assert not pipeline.Options(targets=("cuda",)).runs("weight_layout")
+    assert not pipeline.Options(targets=("cpu", "cuda")).runs("weight_layout")
+    assert not pipeline.Options(targets=("cpu",), disabled=frozenset({"weight_layout"})).runs("weight_layout")

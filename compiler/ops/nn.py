@@ -221,12 +221,12 @@ def _conv_infer(node, ins):
         fail(node, f"conv2d needs a 4-D NCHW input, got {fmt(x)} (use conv for other ranks)")
     if len(w.shape) != len(x.shape):
         fail(node, f"weight {fmt(w)} must have the input's rank {len(x.shape)} (M, C/group, kernel...)")
-    k = w.shape[2:]
+    m, cg, k = _weight_dims(node, w.shape)
     if node.attr("kernel_shape") is not None and tuple(int_list(node, "kernel_shape", len(k))) != k:
         fail(node, f"kernel_shape {list(node.attr('kernel_shape'))} does not match weight {fmt(w)}")
     g = int_attr(node, "group", 1)
     s, d, pads = _spatial_attrs(node, x, k)
-    c, m, cg = x.shape[1], w.shape[0], w.shape[1]
+    c = x.shape[1]
     if g < 1 or c % g or m % g or cg != c // g:
         fail(node, f"group={g}: input channels {c} and weight {fmt(w)} do not agree (weight dim 1 must be C/group)")
     if len(ins) == 3 and ins[2].shape != (m,):
@@ -235,11 +235,26 @@ def _conv_infer(node, ins):
     return [(x.dtype, (x.shape[0], m, *out))]
 
 
+WEIGHT_LAYOUTS = ("OIS", "SIO")  # (out, in/group, spatial...) as ONNX; (spatial..., in/group, out)
+
+
+def _weight_dims(node, wshape):
+    """-> (out channels M, in channels per group, kernel extents) of a conv weight."""
+    layout = node.attr("weight_layout", "OIS")
+    if layout not in WEIGHT_LAYOUTS:
+        fail(node, f"attribute 'weight_layout' must be one of {', '.join(WEIGHT_LAYOUTS)}, got {layout!r}")
+    if layout == "SIO":
+        return wshape[-1], wshape[-2], tuple(wshape[:-2])
+    return wshape[0], wshape[1], tuple(wshape[2:])
+
+
 def _conv(node, x, w, b=None):
-    s, d, pads = _spatial_attrs(node, x, w.shape[2:])
+    _, _, k = _weight_dims(node, w.shape)
+    s, d, pads = _spatial_attrs(node, x, k)
     nd = x.ndim - 2
-    sp = "DHW"[-nd:] if nd <= 3 else None
-    dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + sp, "OI" + sp, "NC" + sp))
+    sp = "DHW"[-nd:] if nd <= 3 else "".join(chr(ord("a") + i) for i in range(nd))
+    wspec = sp + "IO" if node.attr("weight_layout", "OIS") == "SIO" else "OI" + sp
+    dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + sp, wspec, "NC" + sp))
     y = lax.conv_general_dilated(x, w, window_strides=s, padding=pads, rhs_dilation=d,
                                  feature_group_count=node.attr("group", 1), dimension_numbers=dn)
     if b is not None:
@@ -247,7 +262,7 @@ def _conv(node, x, w, b=None):
     return (y,)
 
 
-CONV_ATTRS = ("strides", "pads", "dilations", "group", "auto_pad", "kernel_shape")
+CONV_ATTRS = ("strides", "pads", "dilations", "group", "auto_pad", "kernel_shape", "weight_layout")
 register("conv", (2, 3), CONV_ATTRS)((_conv_infer, _conv))
 register("conv2d", (2, 3), CONV_ATTRS)((_conv_infer, _conv))
 
