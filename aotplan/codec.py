@@ -12,8 +12,11 @@
     then          payload, msgpack (the Plan, below)
 
 The magic and the version are checked before any msgpack is decoded; the payload's
-size and digest before the payload is decoded. Decoding uses explicit size limits and
-checks every field's type; `aotplan.verify` then checks ranges and references.
+size and digest before the payload is decoded. Decoding uses explicit size limits (no
+length field can claim more than the bytes that follow it), refuses missing and unknown
+fields and checks every field's type; `aotplan.verify` then checks ranges and references.
+A plan is untrusted data: every bad file ends in a `PlanError` naming the field
+(tests/fuzz and scripts/fuzz_plans.py hold that up against mutated plans).
 
 Version changelog:
   1 (aotplan 0.1): first version. Launch mode "kernel"; weights "arena" or "pool".
@@ -43,7 +46,16 @@ MAX_SUPPORTED_VERSION = 2
 _PREFIX = struct.Struct("<8sII")
 MAX_HEADER_BYTES = 4096
 # Limits for the payload decoder: a corrupt length field must not allocate gigabytes.
+# Each is also capped by the payload's size (`_limits`): an element takes at least a byte.
 _LIMITS = dict(max_str_len=1 << 20, max_bin_len=1 << 33, max_array_len=1 << 24, max_map_len=1 << 10)
+HEADER_FIELDS = ("launch_mode", "payload_size", "payload_sha256", "signature")
+PAYLOAD_FIELDS = ("launch_mode", "weights", "planner", "passes", "alignment", "arena_bytes", "tensors", "constants",
+                  "kernels", "launches", "inputs", "outputs", "output_names", "input_kernel", "output_kernel",
+                  "place_kernel", "memory", "provenance")
+
+
+def _limits(n):
+    return {k: min(v, n) for k, v in _LIMITS.items()}
 
 
 # ---------------------------------------------------------------- encoding
@@ -92,15 +104,21 @@ def _signature(key, version, launch_mode, digest):
 
 def encode(plan, sign_key=None):
     """Plan -> bytes; `sign_key` (bytes) signs it with HMAC-SHA256."""
-    payload = encode_payload(plan)
+    return frame(encode_payload(plan), plan.launch_mode, sign_key)
+
+
+def frame(payload, launch_mode, sign_key=None, version=FORMAT_VERSION):
+    """Payload bytes -> a plan file: magic, version, a header that states the payload's
+    size and digest (signed with `sign_key`), then the payload. The payload is not
+    looked at (fuzzers frame arbitrary bytes with it)."""
     digest = hashlib.sha256(payload).digest()
     header = msgpack.packb({
-        "launch_mode": plan.launch_mode,
+        "launch_mode": launch_mode,
         "payload_size": len(payload),
         "payload_sha256": digest,
-        "signature": _signature(sign_key, FORMAT_VERSION, plan.launch_mode, digest) if sign_key else None,
+        "signature": _signature(sign_key, version, launch_mode, digest) if sign_key else None,
     }, use_bin_type=True)
-    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)) + header + payload
+    return _PREFIX.pack(MAGIC, version, len(header)) + header + payload
 
 
 # ---------------------------------------------------------------- decoding
@@ -134,6 +152,16 @@ def _strs(value, field):
     for i, v in enumerate(value):
         _check(v, str, f"{field}[{i}]")
     return tuple(value)
+
+
+def _fields(m, fields, where):
+    """`m` (a map) has exactly `fields`."""
+    for k in m:
+        if k not in fields:
+            raise PlanError(f"plan field {where}: unknown field {str(k)[:64]!r}")
+    for k in fields:
+        if k not in m:
+            raise PlanError(f"plan field {where}.{k} is missing")
 
 
 def _row(value, n, field):
@@ -173,10 +201,11 @@ def _decode_launch(r, i):
 
 def decode_payload(payload):
     try:
-        m = msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=True, **_LIMITS)
+        m = msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=True, **_limits(len(payload)))
     except Exception as e:  # msgpack raises ValueError, TypeError, UnicodeDecodeError, ...
         raise PlanError(f"plan payload is not valid msgpack: {e}") from None
     _check(m, dict, "payload")
+    _fields(m, PAYLOAD_FIELDS, "plan")
     consts = []
     for i, c in enumerate(_get(m, "constants", list)):
         c = _row(c, 2, f"constants[{i}]")
@@ -227,17 +256,16 @@ def read_header(data, trust_key=None, require_signature=False):
     except Exception as e:
         raise PlanError(f"plan is corrupt: header is not valid msgpack ({e})") from None
     _check(header, dict, "header")
+    _fields(header, HEADER_FIELDS, "header")
     _get(header, "launch_mode", str, "header")
     size = _get(header, "payload_size", int, "header")
     digest = _get(header, "payload_sha256", bytes, "header")
+    sig = _get(header, "signature", (bytes, type(None)), "header")
     payload = data[_PREFIX.size + hlen:]
     if len(payload) != size:
         raise PlanError(f"plan is truncated or corrupt: payload has {len(payload)} bytes, header says {size}")
     if hashlib.sha256(payload).digest() != digest:
         raise PlanError("plan is corrupt: digest mismatch")
-    sig = header.get("signature")
-    if sig is not None:
-        _check(sig, bytes, "header.signature")
     trusted = False
     if sig is None:
         if require_signature:

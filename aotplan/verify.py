@@ -2,13 +2,22 @@
 
 Run by the compiler after planning and by the executor on every load. Checks types'
 ranges and every reference between fields, recomputes each tensor's bytes from its
-dtype and shape, derives lifetimes from the launches (it does not trust the planner),
-and sweeps them for two tensors that share bytes while both are live.
+dtype and shape, checks that every launch reads only inputs, constants and tensors an
+earlier launch wrote and that every output is written, gives each kernel one role
+(launch, input, output or place kernel) whose flags agree with it, derives lifetimes
+from the launches (it does not trust the planner), and sweeps them for two tensors that
+share bytes while both are live. The schema has no declared sharing (in-place reuse is
+the planner giving a dead tensor's bytes to a later one), so any such overlap is refused,
+naming both tensors. The cost is O(n log n) in the plan's size (the sweep is not
+all-pairs, however many tensors are live at once): a plan file cannot make it slow.
 """
 
 from aotplan import dtypes, formats, intervals
 from aotplan.errors import LimitError, PlanError
 from aotplan.plan import LAUNCH_MODES, TENSOR_KINDS, WEIGHT_PLACEMENTS
+
+
+MAX_RANK = 64  # XLA has no fixed limit; nothing real comes close, and shapes are printed in messages
 
 
 def _fail(msg):
@@ -51,6 +60,8 @@ def verify(plan):
             _fail(f"{w}: unknown dtype {t.dtype!r}")
         if t.format not in formats.FORMATS:
             _fail(f"{w}: unknown format {t.format!r}")
+        if len(t.shape) > MAX_RANK:
+            _fail(f"{w}: rank {len(t.shape)} is more than {MAX_RANK}")
         if any(d < 0 or d > 2**31 - 1 for d in t.shape):
             _fail(f"{w}: bad shape {t.shape}")
         if t.device_shape != formats.device_shape(t.shape, t.format):
@@ -123,6 +134,13 @@ def verify(plan):
     special = [k for k in (plan.input_kernel, plan.output_kernel, plan.place_kernel) if k != -1]
     if len(set(special)) != len(special):
         _fail("input_kernel, output_kernel and place_kernel must be different kernels")
+    for field in ("input_kernel", "output_kernel", "place_kernel"):
+        ki = getattr(plan, field)
+        if ki != -1:
+            k = plan.kernels[_index(ki, nk, field)]
+            if k.n_offsets or k.feeds or k.returns:
+                _fail(f"kernel {k.name!r} is the {field.replace('_', ' ')}, which takes no offsets, feeds or "
+                      f"returns flags (n_offsets {k.n_offsets}, feeds {k.feeds}, returns {k.returns})")
     node_names, runs = set(), {}
     for s, l in enumerate(plan.launches):
         if 0 <= l.kernel < nk and not plan.kernels[l.kernel].n_offsets:
@@ -189,13 +207,77 @@ def verify(plan):
     for i, t in enumerate(plan.tensors):
         if t.kind == "output" and i not in written:
             _fail(f"output {t.name!r} is never written")
+    used = set(special) | {l.kernel for l in plan.launches}
+    for i, k in enumerate(plan.kernels):
+        if i not in used:
+            _fail(f"kernel {k.name!r} is not run by any launch, nor the input, output or place kernel")
 
     kinds = [t.kind if t.storage == "arena" else None for t in plan.tensors]
     ivs = intervals.compute(kinds, [t.nbytes for t in plan.tensors], steps, len(steps), a)
-    clash = intervals.find_overlap(ivs, [plan.tensors[iv.tensor].offset for iv in ivs])
+    clash = find_overlap(ivs, [plan.tensors[iv.tensor].offset for iv in ivs])
     if clash:
         x, y = (plan.tensors[iv.tensor] for iv in clash)
         _fail(f"tensors {x.name!r} (bytes {x.offset}..{x.offset + x.nbytes}, steps {clash[0].first}..{clash[0].last}) "
               f"and {y.name!r} (bytes {y.offset}..{y.offset + y.nbytes}, steps {clash[1].first}..{clash[1].last}) "
               f"overlap while both are live")
     return plan
+
+
+def find_overlap(ivs, offsets):
+    """The first pair (a, b) of `intervals.Interval`s (at byte `offsets`) that share
+    bytes while both are live, or None. Like `intervals.find_overlap` (the planners'
+    check), but O(n log n) however many tensors are live at once: a plan file could
+    hold a million tensors live for the whole step.
+
+    A sweep over start steps. A segment tree over the byte coordinates holds, for each
+    stretch of bytes, the latest last step of the intervals swept so far that cover it
+    (each update: a range max; each query: a range max). An interval clashes with an
+    earlier-starting one exactly when that max over its bytes reaches its first step."""
+    items = sorted((iv.first, k) for k, iv in enumerate(ivs) if iv.nbytes > 0)
+    if len(items) < 2:
+        return None
+    coords = sorted({offsets[k] for _, k in items} | {offsets[k] + ivs[k].nbytes for _, k in items})
+    pos = {c: i for i, c in enumerate(coords)}
+    size = 1
+    while size < len(coords) - 1:
+        size *= 2
+    n = len(ivs)
+    tag = [-1] * (2 * size)  # value = last * n + k: a max that also names the interval
+    sub = [-1] * (2 * size)  # max of `tag` over the subtree
+    for first, k in items:
+        lo, hi = pos[offsets[k]] + size, pos[offsets[k] + ivs[k].nbytes] + size
+        best, a, b = -1, lo, hi
+        while a < b:
+            if a & 1:
+                best = max(best, sub[a])
+                a += 1
+            if b & 1:
+                b -= 1
+                best = max(best, sub[b])
+            a >>= 1
+            b >>= 1
+        for leaf in (lo, hi - 1):
+            i = leaf >> 1
+            while i:
+                best = max(best, tag[i])
+                i >>= 1
+        if best >= 0 and best // n >= first:
+            return ivs[best % n], ivs[k]
+        v, a, b = ivs[k].last * n + k, lo, hi
+        while a < b:
+            if a & 1:
+                tag[a] = max(tag[a], v)
+                sub[a] = max(sub[a], v)
+                a += 1
+            if b & 1:
+                b -= 1
+                tag[b] = max(tag[b], v)
+                sub[b] = max(sub[b], v)
+            a >>= 1
+            b >>= 1
+        for leaf in (lo, hi - 1):
+            i = leaf >> 1
+            while i:
+                sub[i] = max(sub[i], v)
+                i >>= 1
+    return None
