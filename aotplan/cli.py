@@ -149,9 +149,18 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
                    "GPUs; exported without a GPU here), or both. Workspace bytes are measured on this host.")
 @click.option("--sign-key", type=click.Path(dir_okay=False), metavar="FILE",
               help="Sign the plan with HMAC-SHA256 using the key in FILE (at least 16 bytes).")
+@click.option("--no-inplace", is_flag=True,
+              help="Never let a launch's output take the bytes of an input that dies in it (default: it may; "
+                   "kernels are pure functions of the arena, so this is always safe).")
+@click.option("--no-views", is_flag=True,
+              help="Kernel mode: give reshapes their own launch and bytes (default: a reshape of an arena tensor "
+                   "is a view of its bytes, with no launch).")
+@click.option("--schedule", type=click.Choice(["memory", "default"]), default="memory", show_default=True,
+              help="Launch order for fused and kernel plans: memory = the candidate order with the lowest peak of "
+                   "live bytes (never worse than the model's order); default = the model's order.")
 @_handle_errors
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, fuse_min_flops,
-                no_kernel_reuse, embed_executables, target, sign_key):
+                no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, schedule):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     from aotplan import codec
     from aotplan.fileio import atomic_write
@@ -159,7 +168,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
 
     opts = pipeline.Options(planner=planner or pipeline.DEFAULT_PLANNER, weights=weights or pipeline.DEFAULT_WEIGHTS,
                             disabled=frozenset(disabled), launch=launch, reuse=not no_kernel_reuse,
-                            embed_native=embed_executables,
+                            embed_native=embed_executables, inplace=not no_inplace, views=not no_views,
+                            schedule=schedule,
                             targets={"host": (), "both": ("cpu", "cuda")}.get(target, (target,)),
                             **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}))
     key = codec.read_key(sign_key) if sign_key else None
@@ -192,16 +202,19 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         raise AotplanError(f"cannot write plan {output!r}: {e.strerror}") from None
     m = plan.memory
     click.echo(f"compiled {model} -> {output} ({_fmt_bytes(len(data))})")
-    n_after = sum(len(l.nodes) for l in plan.launches)
+    n_views = sum(1 for t in plan.tensors if t.base >= 0)
+    n_after = sum(len(l.nodes) for l in plan.launches) + n_views
     n_launch_kernels = len({l.kernel for l in plan.launches})
     click.echo(f"  nodes {res.n_nodes} ({n_after} after clean-up: {', '.join(plan.passes) or 'none'}); "
-               f"launch mode {plan.launch_mode}: {len(plan.launches)} launches, {n_launch_kernels} unique launch "
+               f"launch mode {plan.launch_mode}: {len(plan.launches)} launches"
+               + (f" ({n_views} reshape{' is a view' if n_views == 1 else 's are views'}, no launch)" if n_views else "") + f", {n_launch_kernels} unique launch "
                f"kernels ({len(plan.kernels)} kernels in all); weights in {plan.weights}"
                + (f"; native executables for this host{', signed' if key else ''}" if plan.has_native else "")
                + ("; signed" if key and not plan.has_native else ""))
     click.echo(f"  arena {_fmt_bytes(m.arena_bytes)} ({plan.planner}); lower bound {_fmt_bytes(m.lower_bound_bytes)}, "
-               f"naive {_fmt_bytes(m.naive_bytes)}; constant pool {_fmt_bytes(m.constant_pool_bytes)}; "
-               f"max workspace {_fmt_bytes(m.max_workspace_bytes)}")
+               f"naive {_fmt_bytes(m.naive_bytes)}; model bounds: plain {_fmt_bytes(m.plain_bound_bytes)}, "
+               f"with sharing {_fmt_bytes(m.shared_bound_bytes)}")
+    click.echo(f"  constant pool {_fmt_bytes(m.constant_pool_bytes)}; max workspace {_fmt_bytes(m.max_workspace_bytes)}")
     click.echo(f"  device memory per step: {_fmt_bytes(m.step_device_bytes)}; compile time {res.seconds:.2f} s")
 
 
@@ -478,6 +491,7 @@ def plan_summary(plan, path):
         "passes": list(plan.passes),
         "alignment": plan.alignment,
         "memory": {"arena_bytes": m.arena_bytes, "lower_bound_bytes": m.lower_bound_bytes,
+                   "plain_bound_bytes": m.plain_bound_bytes, "shared_bound_bytes": m.shared_bound_bytes,
                    "naive_bytes": m.naive_bytes, "constant_pool_bytes": m.constant_pool_bytes,
                    "max_workspace_bytes": m.max_workspace_bytes, "step_device_bytes": m.step_device_bytes},
         "provenance": {"model_name": p.model_name, "model_digest": p.model_digest,
@@ -488,7 +502,8 @@ def plan_summary(plan, path):
         "outputs": list(plan.output_names),
         "tensors": [{"name": t.name, "kind": t.kind, "dtype": t.dtype, "shape": list(t.shape), "format": t.format,
                      "device_shape": list(t.device_shape), "storage": t.storage, "offset": t.offset,
-                     "nbytes": t.nbytes} for t in plan.tensors],
+                     "nbytes": t.nbytes, "view_of": plan.tensors[t.base].name if t.base >= 0 else None}
+                    for t in plan.tensors],
         "kernels": [{"name": k.name, "bytes": len(k.exported), "workspace_bytes": k.workspace_bytes,
                      "n_offsets": k.n_offsets, "feeds": k.feeds, "returns": k.returns, "native_bytes": len(k.native),
                      "launches": sum(1 for l in plan.launches if plan.kernels[l.kernel] is k)}
@@ -556,14 +571,15 @@ def inspect(plan_path, as_json):
                f"alignment {s['alignment']} B, passes {', '.join(s['passes']) or 'none'}")
     click.echo(f"device memory a step needs: {m['step_device_bytes']} B = arena {m['arena_bytes']} B + constant "
                f"pool {m['constant_pool_bytes']} B + max workspace (XLA temp) {m['max_workspace_bytes']} B")
-    click.echo(f"  arena: lower bound {m['lower_bound_bytes']} B, naive {m['naive_bytes']} B")
+    click.echo(f"  arena: lower bound {m['lower_bound_bytes']} B, naive {m['naive_bytes']} B; model bounds: plain "
+               f"{m['plain_bound_bytes']} B, with sharing {m['shared_bound_bytes']} B")
     if p["native_fingerprint"]:
         click.echo(f"native executables for: {p['native_fingerprint']}")
     click.echo(f"tensors ({len(s['tensors'])}):")
     click.echo(f"  {'name':28s} {'kind':12s} {'dtype':9s} {'shape':18s} {'storage':7s} {'offset':>10s} {'nbytes':>10s}")
     for t in s["tensors"]:
         click.echo(f"  {t['name'][:28]:28s} {t['kind']:12s} {t['dtype']:9s} {str(t['shape']):18s} {t['storage']:7s} "
-                   f"{t['offset']:>10d} {t['nbytes']:>10d}")
+                   f"{t['offset']:>10d} {t['nbytes']:>10d}" + (f"  view of {t['view_of']}" if t["view_of"] else ""))
     n_nodes = sum(len(l["nodes"]) for l in s["launches"])
     click.echo(f"launches ({len(s['launches'])}, running {n_nodes} nodes):")
     for i, l in enumerate(s["launches"]):

@@ -26,6 +26,11 @@ Version changelog:
     (`returns`); pool arguments follow from each launch's reads;
     optional native executables per kernel with a host fingerprint; HMAC signatures.
     Version 1 plans are refused: recompile.
+  3 (aotplan 0.3): tensor rows gain `base` (a view's tensor, -1 if none); `memory`
+    gains plain_bound_bytes and shared_bound_bytes. Lifetimes are counted in phases
+    (a launch reads, then writes), so a launch's output may take the bytes of an input
+    that dies in it (in-place). Version 2 plans still load (no views; their lifetimes
+    were planned more strictly, which the phase check accepts).
 """
 
 import hashlib
@@ -40,9 +45,9 @@ from aotplan.plan import (
 )
 
 MAGIC = b"AOTPLAN\x00"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MIN_SUPPORTED_VERSION = 2
-MAX_SUPPORTED_VERSION = 2
+MAX_SUPPORTED_VERSION = 3
 _PREFIX = struct.Struct("<8sII")
 MAX_HEADER_BYTES = 4096
 # Limits for the payload decoder: a corrupt length field must not allocate gigabytes.
@@ -61,7 +66,8 @@ def _limits(n):
 # ---------------------------------------------------------------- encoding
 
 def _tensor(t):
-    return [t.name, t.kind, t.dtype, list(t.shape), t.format, list(t.device_shape), t.storage, t.offset, t.nbytes]
+    return [t.name, t.kind, t.dtype, list(t.shape), t.format, list(t.device_shape), t.storage, t.offset, t.nbytes,
+            t.base]
 
 
 def _kernel(k):
@@ -91,7 +97,8 @@ def encode_payload(plan):
         "input_kernel": plan.input_kernel,
         "output_kernel": plan.output_kernel,
         "place_kernel": plan.place_kernel,
-        "memory": [m.arena_bytes, m.lower_bound_bytes, m.naive_bytes, m.constant_pool_bytes, m.max_workspace_bytes],
+        "memory": [m.arena_bytes, m.lower_bound_bytes, m.naive_bytes, m.constant_pool_bytes, m.max_workspace_bytes,
+                   m.plain_bound_bytes, m.shared_bound_bytes],
         "provenance": [p.model_name, p.model_digest, p.aotplan_version, p.jax_version, p.jaxlib_version,
                        list(p.platforms), p.native_fingerprint],
     }, use_bin_type=True)
@@ -171,15 +178,15 @@ def _row(value, n, field):
     return value
 
 
-def _decode_tensor(r, i):
+def _decode_tensor(r, i, version):
     f = f"tensors[{i}]"
-    r = _row(r, 9, f)
+    r = _row(r, 9 if version == 2 else 10, f)
     return PlanTensor(
         name=_check(r[0], str, f + ".name"), kind=_check(r[1], str, f + ".kind"),
         dtype=_check(r[2], str, f + ".dtype"), shape=_ints(r[3], f + ".shape"),
         format=_check(r[4], str, f + ".format"), device_shape=_ints(r[5], f + ".device_shape"),
         storage=_check(r[6], str, f + ".storage"), offset=_check(r[7], int, f + ".offset"),
-        nbytes=_check(r[8], int, f + ".nbytes"))
+        nbytes=_check(r[8], int, f + ".nbytes"), base=-1 if version == 2 else _check(r[9], int, f + ".base"))
 
 
 def _decode_kernel(r, i):
@@ -199,7 +206,7 @@ def _decode_launch(r, i):
                   nodes=_strs(_check(r[4], list, f + ".nodes"), f + ".nodes"))
 
 
-def decode_payload(payload):
+def decode_payload(payload, version=FORMAT_VERSION):
     try:
         m = msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=True, **_limits(len(payload)))
     except Exception as e:  # msgpack raises ValueError, TypeError, UnicodeDecodeError, ...
@@ -211,7 +218,9 @@ def decode_payload(payload):
         c = _row(c, 2, f"constants[{i}]")
         consts.append(PlanConstant(_check(c[0], int, f"constants[{i}].tensor"),
                                    _check(c[1], bytes, f"constants[{i}].data")))
-    mem = _ints(_row(_get(m, "memory", list), 5, "memory"), "memory")
+    mem = _ints(_row(_get(m, "memory", list), 5 if version == 2 else 7, "memory"), "memory")
+    if version == 2:  # no sharing: both reference bounds are the plan's own
+        mem += (mem[1], mem[1])
     prov = _row(_get(m, "provenance", list), 7, "provenance")
     for i in (0, 1, 2, 3, 4, 6):
         _check(prov[i], str, f"provenance[{i}]")
@@ -223,7 +232,7 @@ def decode_payload(payload):
         planner=_get(m, "planner", str), passes=_strs(_get(m, "passes", list), "passes"),
         alignment=_get(m, "alignment", int),
         arena_bytes=_get(m, "arena_bytes", int),
-        tensors=tuple(_decode_tensor(r, i) for i, r in enumerate(_get(m, "tensors", list))),
+        tensors=tuple(_decode_tensor(r, i, version) for i, r in enumerate(_get(m, "tensors", list))),
         constants=tuple(consts),
         kernels=tuple(_decode_kernel(r, i) for i, r in enumerate(_get(m, "kernels", list))),
         launches=tuple(_decode_launch(r, i) for i, r in enumerate(_get(m, "launches", list))),
@@ -289,7 +298,7 @@ def decode(data, trust_key=None, require_signature=False):
 def decode_checked(data, trust_key=None, require_signature=False):
     """bytes -> (Plan, trusted); see `read_header`."""
     header, payload, trusted = read_header(bytes(data), trust_key, require_signature)
-    plan = decode_payload(payload)
+    plan = decode_payload(payload, struct.unpack_from("<I", data, 8)[0])
     if plan.launch_mode != header["launch_mode"]:
         raise PlanError(f"plan is corrupt: header launch mode {header['launch_mode']!r} "
                         f"!= payload launch mode {plan.launch_mode!r}")

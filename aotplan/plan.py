@@ -1,4 +1,4 @@
-"""The plan schema, version 2: what the compiler decided and the executor obeys.
+"""The plan schema, version 3: what the compiler decided and the executor obeys.
 
 A plan is plain data. `aotplan.codec` turns it into bytes field by field;
 `aotplan.verify` checks one that came from outside before anything runs.
@@ -40,6 +40,8 @@ class PlanTensor:
     storage: str
     offset: int
     nbytes: int
+    base: int = -1  # a view: the index of the tensor whose bytes it is (same offset and
+    # bytes, another shape: a reshape made no copy); -1 for a tensor with its own bytes
 
 
 @dataclass(frozen=True)
@@ -84,14 +86,21 @@ class Launch:
 @dataclass(frozen=True)
 class MemoryStats:
     """Bytes. `lower_bound_bytes` is the peak of live (aligned) arena bytes over the
-    schedule; `naive_bytes` gives every arena tensor its own bytes; the device memory
-    one step needs is arena + constant pool + max workspace."""
+    plan's own launches (its schedule, sharing and launch mode): no placement can do
+    better; `naive_bytes` gives every arena tensor its own bytes. Two reference bounds
+    (the model's, whatever the launch mode: every node a launch): `plain_bound_bytes`,
+    in the default order with every tensor its own bytes and a launch's inputs and
+    outputs never sharing; `shared_bound_bytes`, the same order with the sharing the
+    plan uses (in-place reuse, views). The device memory one step needs is arena +
+    constant pool + max workspace."""
 
     arena_bytes: int
     lower_bound_bytes: int
     naive_bytes: int
     constant_pool_bytes: int
     max_workspace_bytes: int
+    plain_bound_bytes: int = 0
+    shared_bound_bytes: int = 0
 
     @property
     def step_device_bytes(self):

@@ -6,9 +6,11 @@ dtype and shape, checks that every launch reads only inputs, constants and tenso
 earlier launch wrote and that every output is written, gives each kernel one role
 (launch, input, output or place kernel) whose flags agree with it, derives lifetimes
 from the launches (it does not trust the planner), and sweeps them for two tensors that
-share bytes while both are live. The schema has no declared sharing (in-place reuse is
-the planner giving a dead tensor's bytes to a later one), so any such overlap is refused,
-naming both tensors. The cost is O(n log n) in the plan's size (the sweep is not
+share bytes while both are live. Lifetimes are in phases (`intervals.phases`): a
+launch reads, then writes, so its output may take the bytes of an input that dies in it
+(in-place). The only declared sharing is a view (`base`: same offset and bytes, covered
+by its base's lifetime); any other overlap of live tensors is refused, naming both.
+The cost is O(n log n) in the plan's size (the sweep is not
 all-pairs, however many tensors are live at once): a plan file cannot make it slow.
 """
 
@@ -79,6 +81,15 @@ def verify(plan):
                 _fail(f"{w}: only constants live in the pool, with offset -1")
         else:
             _fail(f"{w}: unknown storage {t.storage!r}")
+        if t.base != -1:
+            b = plan.tensors[_index(t.base, n, f"{w}: base")]
+            if b.base != -1 or t.base == i:
+                _fail(f"{w} is a view of {b.name!r}, which is itself a view")
+            if t.storage != "arena" or b.storage != "arena" or t.offset != b.offset or t.nbytes != b.nbytes:
+                _fail(f"{w} is a view of {b.name!r}: both must be arena tensors with the same offset and bytes "
+                      f"(offsets {t.offset}, {b.offset}; bytes {t.nbytes}, {b.nbytes})")
+            if t.kind not in ("intermediate", "output") or b.kind == "constant":
+                _fail(f"{w} ({t.kind}) cannot be a view of {b.name!r} ({b.kind})")
 
     seen = set()
     for i, c in enumerate(plan.constants):
@@ -167,6 +178,8 @@ def verify(plan):
     ws = max((k.workspace_bytes for k in plan.kernels), default=0)
     if m.max_workspace_bytes != ws:
         _fail(f"memory.max_workspace_bytes {m.max_workspace_bytes} != {ws}, the largest kernel workspace")
+    if m.plain_bound_bytes < 0 or m.shared_bound_bytes < 0:
+        _fail(f"memory: model bounds {m.plain_bound_bytes}, {m.shared_bound_bytes} must be >= 0")
     if not 0 <= m.lower_bound_bytes <= plan.arena_bytes or m.naive_bytes < 0:
         _fail(f"memory: lower bound {m.lower_bound_bytes} must lie in [0, arena_bytes], naive bytes >= 0")
 
@@ -189,13 +202,16 @@ def verify(plan):
         for j in l.reads:
             _index(j, n, f"{w} read")
             t = plan.tensors[j]
-            if t.kind in ("intermediate", "output") and j not in written:
+            if t.kind in ("intermediate", "output") and (t.base if t.base != -1 else j) not in written and \
+                    plan.tensors[t.base if t.base != -1 else j].kind != "input":
                 _fail(f"{w} reads {t.name!r} before any launch writes it")
         for j in l.writes:
             _index(j, n, f"{w} write")
             t = plan.tensors[j]
             if t.kind in ("input", "constant") or t.storage != "arena":
                 _fail(f"{w} writes {t.name!r}, a {t.kind}")
+            if t.base != -1:
+                _fail(f"{w} writes {t.name!r}, a view of {plan.tensors[t.base].name!r} (launches write the base)")
             if j in written:
                 _fail(f"{w} writes {t.name!r}, which an earlier launch already wrote")
             written.add(j)
@@ -205,7 +221,7 @@ def verify(plan):
                   f"{len(plan.kernel_args(l)[1])} arena tensors")
         steps.append((l.reads, l.writes))
     for i, t in enumerate(plan.tensors):
-        if t.kind == "output" and i not in written:
+        if t.kind == "output" and (t.base if t.base != -1 else i) not in written:
             _fail(f"output {t.name!r} is never written")
     used = set(special) | {l.kernel for l in plan.launches}
     for i, k in enumerate(plan.kernels):
@@ -213,14 +229,24 @@ def verify(plan):
             _fail(f"kernel {k.name!r} is not run by any launch, nor the input, output or place kernel")
 
     kinds = [t.kind if t.storage == "arena" else None for t in plan.tensors]
-    ivs = intervals.compute(kinds, [t.nbytes for t in plan.tensors], steps, len(steps), a)
+    ivs = intervals.phases(kinds, [t.nbytes for t in plan.tensors], steps, a, feeds_first=plan.input_kernel == -1,
+                           base=[t.base for t in plan.tensors])
     clash = find_overlap(ivs, [plan.tensors[iv.tensor].offset for iv in ivs])
     if clash:
         x, y = (plan.tensors[iv.tensor] for iv in clash)
-        _fail(f"tensors {x.name!r} (bytes {x.offset}..{x.offset + x.nbytes}, steps {clash[0].first}..{clash[0].last}) "
-              f"and {y.name!r} (bytes {y.offset}..{y.offset + y.nbytes}, steps {clash[1].first}..{clash[1].last}) "
+        _fail(f"tensors {x.name!r} (bytes {x.offset}..{x.offset + x.nbytes}, {_live(clash[0])}) "
+              f"and {y.name!r} (bytes {y.offset}..{y.offset + y.nbytes}, {_live(clash[1])}) "
               f"overlap while both are live")
     return plan
+
+
+def _live(iv):
+    """An interval's phases (intervals.phases) in words: launch s reads in phase 2s + 2
+    and writes in phase 2s + 3."""
+    def at(p):
+        s, w = divmod(p - 2, 2)
+        return "before the first launch" if s < 0 else f"{'written' if w else 'read'} by launch {s}"
+    return f"live from {at(iv.first)} to {at(iv.last)}"
 
 
 def find_overlap(ivs, offsets):

@@ -5,6 +5,7 @@
     -> group -> liveness -> plan_memory -> lower -> emit -> verify
 """
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -12,9 +13,10 @@ from aotplan import debug, verify
 from aotplan.plan import WEIGHT_PLACEMENTS
 from aotplan.errors import ModelError
 from compiler.passes import (
-    bn_fold, cse, dce, emit, fold, group, identity, infer, liveness, lower, plan_memory, schedule, validate,
+    bn_fold, cse, dce, emit, fold, group, identity, infer, liveness, lower, plan_memory, schedule, validate, views,
     weight_layout,
 )
+from aotplan import formats, intervals
 
 # Optional graph clean-up passes, in the order they run; each can be switched off.
 # ("fold" off still binds static inputs and evaluates what they need: see passes/fold.py.)
@@ -26,6 +28,12 @@ DEFAULT_WEIGHTS = "pool"
 DEFAULT_LAUNCH = "sink"
 LAUNCH_MODES = group.MODES
 TARGETS = ("cpu", "cuda")
+SCHEDULES = ("memory", "default")
+
+
+def _bound(live):
+    """Peak live (aligned) arena bytes of a liveness: no placement does better."""
+    return intervals.peak_live_bytes(live.intervals, lambda n: formats.align_up(n, formats.ALIGNMENT))
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,9 @@ class Options:
     embed_native: bool = False  # also embed executables compiled for this host
     fuse_min_flops: int = group.MIN_GROUP_FLOPS  # fused mode: a group's work before it ends
     targets: tuple = ()  # platforms to export for ("cpu", "cuda"); () = this host's
+    inplace: bool = True  # a launch's output may take the bytes of an input that dies in it
+    views: bool = True  # kernel mode: reshapes of arena tensors are views (no launch, no bytes)
+    schedule: str = "memory"  # "memory": the order with the lowest peak; "default": model order
 
     def runs(self, name):
         if name == "weight_layout" and self.platforms() != ("cpu",):
@@ -83,27 +94,76 @@ def prepare(graph, options=Options()):
     return graph, order, info
 
 
-def compile_graph(graph, digest, options=Options(), progress=None, on_start=None):
-    """Graph -> Result. `on_start(n_kernels)` and `progress(n)` drive a progress bar."""
+@dataclass(frozen=True)
+class Planned:
+    """The front half of a compile, before any XLA: what `plan_memory` decided."""
+
+    graph: object  # cleaned-up
+    info: dict
+    groups: tuple  # the launches, each a tuple of nodes
+    labels: tuple
+    live: object  # passes.liveness.Liveness
+    mem: object  # passes.plan_memory.MemoryPlan (views included in offsets)
+    schedule: str  # the order chosen ("default", or a schedule.STRATEGIES name)
+    plain_bound: int  # the model's bounds: every node a launch, default order, no sharing
+    shared_bound: int  # ... with the sharing the options allow (in-place, views)
+    n_views: int
+
+
+def plan_graph(graph, options=Options()):
+    """Graph -> Planned: clean-up, schedule, grouping, lifetimes, bounds, placement."""
     if options.weights not in WEIGHT_PLACEMENTS:
         raise ModelError(f"unknown weights placement {options.weights!r} (choose from {', '.join(WEIGHT_PLACEMENTS)})")
     if options.launch not in LAUNCH_MODES:
         raise ModelError(f"unknown launch mode {options.launch!r} (choose from {', '.join(LAUNCH_MODES)})")
-    t0 = time.perf_counter()
-    output_names, n_nodes = graph.outputs, len(graph.nodes)
+    if options.schedule not in SCHEDULES:
+        raise ModelError(f"unknown schedule {options.schedule!r} (choose from {', '.join(SCHEDULES)})")
     graph, order, info = prepare(graph, options)
-    groups = group.run(order, options.launch, info, options.fuse_min_flops)
-    labels = [group.label(g, options.launch, i) for i, g in enumerate(groups)]
-    debug.log(1, f"group[{options.launch}]: {len(order)} nodes -> {len(groups)} launches")
-    live = liveness.run(graph, groups, info, options.weights, materialize_all=options.launch == "kernel")
+    kernel_mode = options.launch == "kernel"
+    view_map = views.find(order, graph, info) if options.views and kernel_mode else {}  # fused: inside kernels
+
+    def plan_for(o):
+        o = [n for n in o if n.outputs[0] not in view_map]
+        gs = group.run(o, options.launch, info, options.fuse_min_flops)
+        lv = liveness.run(graph, gs, info, options.weights, materialize_all=kernel_mode, inplace=options.inplace,
+                          views=view_map)
+        return gs, lv, _bound(lv)
+
+    groups, live, bound = plan_for(order)
+    schedule_name = "default"
+    if options.schedule == "memory" and options.launch != "sink":  # XLA orders a sink program itself
+        sizes = {t: formats.nbytes(i.shape, i.dtype) for t, i in info.items()}
+        for name, cand in schedule.candidates(graph, order, sizes)[1:]:
+            gs, lv, b = plan_for(cand)
+            if b < bound:
+                groups, live, bound, schedule_name = gs, lv, b, name
+    labels = tuple(group.label(g, options.launch, i) for i, g in enumerate(groups))
+    debug.log(1, f"group[{options.launch}]: {len(order)} nodes ({len(view_map)} views) -> {len(groups)} launches; "
+                 f"schedule {schedule_name}")
+    plain = _bound(liveness.run(graph, [(n,) for n in order], info, options.weights, inplace=False))
+    all_views = views.find(order, graph, info) if options.views else {}
+    shared = _bound(liveness.run(graph, [(n,) for n in order if n.outputs[0] not in all_views], info, options.weights,
+                                 inplace=options.inplace, views=all_views))
     mem = plan_memory.run(live, options.planner)
+    if view_map:  # a view is at its base's offset
+        mem = dataclasses.replace(mem, offsets={**mem.offsets, **{
+            i: mem.offsets[t.base] for i, t in enumerate(live.tensors) if t.base >= 0}})
     debug.log(1, f"plan_memory[{mem.planner}]: arena {mem.arena_bytes} B, lower bound {mem.lower_bound_bytes} B, "
-                 f"naive {mem.naive_bytes} B")
+                 f"naive {mem.naive_bytes} B; model bounds: plain {plain} B, with sharing {shared} B")
     if debug.level() >= 2:
         for iv in live.intervals:
             t = live.tensors[iv.tensor]
-            debug.log(2, f"  {t.name:30s} {t.kind:12s} steps {iv.first:4d}..{iv.last:<4d} "
+            debug.log(2, f"  {t.name:30s} {t.kind:12s} phases {iv.first:4d}..{iv.last:<4d} "
                          f"bytes {mem.offsets[iv.tensor]:>10d}+{t.nbytes}")
+    return Planned(graph, info, tuple(groups), labels, live, mem, schedule_name, plain, shared, len(view_map))
+
+
+def compile_graph(graph, digest, options=Options(), progress=None, on_start=None):
+    """Graph -> Result. `on_start(n_kernels)` and `progress(n)` drive a progress bar."""
+    t0 = time.perf_counter()
+    output_names, n_nodes = graph.outputs, len(graph.nodes)
+    p = plan_graph(graph, options)
+    graph, groups, labels, live, mem = p.graph, p.groups, p.labels, p.live, p.mem
     if on_start:
         on_start(len(groups))
     native_for = None
@@ -118,6 +178,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
                         options.targets)
     debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches")
     passes = tuple(p for p in CLEANUP_PASSES if options.runs(p))
-    plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes, options.launch)
+    plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes, options.launch,
+                    (p.plain_bound, p.shared_bound))
     verify.verify(plan)
     return Result(plan, time.perf_counter() - t0, n_nodes)

@@ -13,7 +13,14 @@ from compiler import ops
 
 def make_function(graph, options=None):
     """Graph -> (fn, info): fn maps {input: array in storage dtype} to {output: array},
-    a pure JAX function (jit it for a whole-model peer)."""
+    a pure JAX function (jit it for a whole-model peer), the weights closed over."""
+    fn, weights, info = make_function_of_weights(graph, options)
+    return (lambda feeds: fn(weights, feeds)), info
+
+
+def make_function_of_weights(graph, options=None):
+    """Graph -> (fn, weights, info): fn(weights, feeds) -> {output: array}, the weights
+    (device arrays in storage dtypes) as an argument, as a plan takes its constant pool."""
     from compiler import pipeline
 
     names = graph.outputs
@@ -21,14 +28,14 @@ def make_function(graph, options=None):
     read = {i for n in order for i in n.inputs}
     consts = {c.name: jnp.asarray(dtypes.to_storage(c.data, c.dtype, c.name)) for c in graph.constants if c.name in read}
 
-    def fn(feeds):
+    def fn(weights, feeds):
         env = dict(feeds)
-        env.update(consts)
+        env.update(weights)
         for node in order:
             env.update(zip(node.outputs, ops.get(node.op).lower(node, *(env[i] for i in node.inputs))))
         return {n: env[o] for n, o in zip(names, graph.outputs)}
 
-    return fn, {n: info[o] for n, o in zip(names, graph.outputs)}
+    return fn, consts, {n: info[o] for n, o in zip(names, graph.outputs)}
 
 
 def evaluate(graph, feeds, options=None):

@@ -86,29 +86,16 @@ def make_peer(graph, weights_as_args=True):
     arguments (device arrays made once here), as a sink plan takes its constant pool;
     otherwise it is `jax.jit(reference.make_function(graph))`, weights closed over."""
     import jax
-    import jax.numpy as jnp
 
-    from aotplan import dtypes
-    from compiler import ops, pipeline, reference
+    from compiler import reference
 
     if not weights_as_args:
         fn, info = reference.make_function(graph)
         jitted = jax.jit(fn)
         return jitted, info
-    names = graph.outputs
-    g, order, info = pipeline.prepare(graph, pipeline.Options())  # as reference.make_function does
-    read = {i for n in order for i in n.inputs}
-    weights = {c.name: jnp.asarray(dtypes.to_storage(c.data, c.dtype, c.name)) for c in g.constants if c.name in read}
-
-    def fn(weights, feeds):
-        env = dict(feeds)
-        env.update(weights)
-        for node in order:
-            env.update(zip(node.outputs, ops.get(node.op).lower(node, *(env[i] for i in node.inputs))))
-        return {n: env[o] for n, o in zip(names, g.outputs)}
-
+    fn, weights, info = reference.make_function_of_weights(graph)
     jitted = jax.jit(fn)
-    return (lambda feeds: jitted(weights, feeds)), {n: info[o] for n, o in zip(names, g.outputs)}
+    return (lambda feeds: jitted(weights, feeds)), info
 
 
 def host_outputs(outs, info):

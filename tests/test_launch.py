@@ -34,8 +34,9 @@ def test_modes_shape_the_plan(mode_examples):
         assert len(sink.launches) == 1 and sink.input_kernel == sink.output_kernel == -1
         assert sink.kernels[sink.launches[0].kernel].feeds and sink.kernels[sink.launches[0].kernel].returns
         assert kernel.input_kernel >= 0 and kernel.output_kernel >= 0
+        views = sum(t.base >= 0 for t in kernel.tensors)  # reshapes: no launch in kernel mode
         ran = sum(len(l.nodes) for l in kernel.launches)
-        assert sum(len(l.nodes) for l in fused.launches) == len(sink.launches[0].nodes) == ran
+        assert sum(len(l.nodes) for l in fused.launches) == len(sink.launches[0].nodes) == ran + views
         assert len(kernel.launches) == ran and all(len(l.nodes) == 1 for l in kernel.launches)
         # only tensors crossing launches get arena bytes: sink <= fused <= kernel
         arena_tensors = [sum(t.storage == "arena" for t in p.tensors) for p in (sink, fused, kernel)]
@@ -89,7 +90,9 @@ def test_kernel_reuse_shares_kernels_with_runtime_offsets(kernel_examples):
 
 def test_shared_kernels_keep_aliasing_and_workspace(kernel_examples):
     """Runtime offsets must not cost an arena copy: each shared kernel still aliases the
-    whole arena, and its workspace is no larger than the static version's."""
+    whole arena, and its workspace is no larger than the static version's plus one copy
+    of what it writes (with offsets known only at run time, XLA cannot prove that an
+    output does not overlap an input that dies in the launch, so it stages the output)."""
     graph, plan, sess = kernel_examples["transformer"]
     plan2, sess2 = compile_and_load(graph, launch="kernel", reuse=False)
     static_ws = {l.node: plan2.kernels[l.kernel].workspace_bytes for l in plan2.launches}
@@ -99,7 +102,9 @@ def test_shared_kernels_keep_aliasing_and_workspace(kernel_examples):
             continue
         ma = sess._kernels[l.kernel].memory_analysis()
         assert ma.alias_size_in_bytes == plan.arena_bytes, k.name
-        assert k.workspace_bytes <= static_ws[l.node] + 1024, (k.name, k.workspace_bytes, static_ws[l.node])
+        written = sum(plan.tensors[i].nbytes for i in l.writes)
+        assert k.workspace_bytes <= static_ws[l.node] + written + 1024, (k.name, k.workspace_bytes, static_ws[l.node])
+        assert k.workspace_bytes < plan.arena_bytes or plan.arena_bytes <= written + 1024
 
 
 @pytest.mark.parametrize("mode", LAUNCH_MODES)

@@ -9,12 +9,13 @@ from aotplan import dtypes, formats
 from aotplan.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanTensor, Provenance
 
 
-def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, launch_mode):
+def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, launch_mode, bounds=(0, 0)):
+    """`bounds`: (plain, shared) reference bounds of the model (see MemoryStats)."""
     kernels = lowered.kernels
     recs, idx = liveness.tensors, liveness.index()
     tensors = tuple(
         PlanTensor(t.name, t.kind, t.dtype, t.shape, "default", formats.device_shape(t.shape), t.storage,
-                   mem.offsets.get(i, -1) if t.storage == "arena" else -1, t.nbytes)
+                   _offset(mem, recs, i), t.nbytes, t.base)
         for i, t in enumerate(recs))
     cmap = graph.constant_map()
     constants = tuple(
@@ -22,7 +23,7 @@ def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, la
         for i, t in enumerate(recs) if t.kind == "constant")
     pool_bytes = sum(t.nbytes for t in recs if t.storage == "pool")
     memory = MemoryStats(mem.arena_bytes, mem.lower_bound_bytes, mem.naive_bytes, pool_bytes,
-                         max((k.workspace_bytes for k in kernels), default=0))
+                         max((k.workspace_bytes for k in kernels), default=0), *bounds)
     return Plan(
         launch_mode=launch_mode, weights=weights, planner=mem.planner, passes=tuple(passes), alignment=formats.ALIGNMENT,
         arena_bytes=mem.arena_bytes, tensors=tensors, constants=constants,
@@ -38,6 +39,13 @@ def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, la
         memory=memory,
         provenance=Provenance(graph.name, digest, aotplan.__version__, jax.__version__, jaxlib.__version__,
                               lowered.platforms, lowered.native_fingerprint))
+
+
+def _offset(mem, recs, i):
+    t = recs[i]
+    if t.storage != "arena":
+        return -1
+    return mem.offsets[t.base if t.base >= 0 else i]
 
 
 def _le_bytes(a):

@@ -5,6 +5,11 @@ are dropped), then the node outputs that need arena bytes, in schedule order: in
 kernel mode every node output; otherwise the graph's outputs and the tensors a later
 launch reads (see passes/group.py). With weights in the pool, constants are not arena
 tensors and get no interval.
+
+Lifetimes are in phases (aotplan.intervals.phases): with `inplace`, a launch's output
+may take the bytes of an input that dies in it. `views`: names of node outputs that
+are views (a reshape of an arena tensor, passes/views.py: no launch, no bytes of their
+own); their records name their base, and the base's lifetime covers their reads.
 """
 
 from dataclasses import dataclass
@@ -20,6 +25,7 @@ class TensorRecord:
     shape: tuple
     nbytes: int
     storage: str  # "arena" | "pool"
+    base: int = -1  # a view: the index of the tensor whose bytes it is
 
 
 @dataclass(frozen=True)
@@ -32,8 +38,12 @@ class Liveness:
         return {t.name: i for i, t in enumerate(self.tensors)}
 
 
-def run(graph, groups, info, weights, materialize_all=True, alignment=formats.ALIGNMENT):
-    """`groups`: the launches, each a tuple of nodes (passes/group.py)."""
+def run(graph, groups, info, weights, materialize_all=True, alignment=formats.ALIGNMENT, inplace=True,
+        views=None, feeds_first=None):
+    """`groups`: the launches, each a tuple of nodes (passes/group.py); `views`: {view
+    tensor name: base tensor name} for view nodes, which are in no group;
+    `feeds_first`: the first launch writes the inputs (default: not materialize_all)."""
+    views = views or {}
     order = [n for g in groups for n in g]
     outputs = set(graph.outputs)
     read = {i for n in order for i in n.inputs}
@@ -48,13 +58,27 @@ def run(graph, groups, info, weights, materialize_all=True, alignment=formats.AL
     recs += [TensorRecord(c.name, "constant", c.dtype, c.shape, formats.nbytes(c.shape, c.dtype),
                           "pool" if weights == "pool" else "arena")
              for c in graph.constants if c.name in read]
-    for n in order:
+    view_nodes = [n for n in graph.nodes if n.outputs[0] in views]
+    for n in view_nodes:
+        crossing.update(n.inputs)  # a view's base is read through it: it is in the arena
+    for n in order + view_nodes:
         for o in n.outputs:
+            if o in views:
+                continue
             if materialize_all or o in crossing:
                 t = info[o]
                 recs.append(TensorRecord(o, "output" if o in outputs else "intermediate", t.dtype, t.shape,
                                          formats.nbytes(t.shape, t.dtype), "arena"))
     idx = {t.name: i for i, t in enumerate(recs)}
+    for n in view_nodes:  # in graph order, which is topological: a view's base is a record already
+        o, b = n.outputs[0], views[n.outputs[0]]
+        b = idx[b]
+        if recs[b].base >= 0:
+            b = recs[b].base
+        t = info[o]
+        recs.append(TensorRecord(o, "output" if o in outputs else "intermediate", t.dtype, t.shape,
+                                 formats.nbytes(t.shape, t.dtype), "arena", b))
+        idx[o] = len(recs) - 1
     steps = []
     for g in groups:
         made = {o for n in g for o in n.outputs}
@@ -62,6 +86,7 @@ def run(graph, groups, info, weights, materialize_all=True, alignment=formats.AL
         writes = [o for n in g for o in n.outputs if o in idx]
         steps.append((tuple(idx[i] for i in reads), tuple(idx[o] for o in writes)))
     steps = tuple(steps)
-    ivs = intervals.compute([t.kind if t.storage == "arena" else None for t in recs],
-                            [t.nbytes for t in recs], steps, len(steps), alignment)
+    ivs = intervals.phases([t.kind if t.storage == "arena" else None for t in recs], [t.nbytes for t in recs], steps,
+                           alignment, feeds_first=not materialize_all if feeds_first is None else feeds_first,
+                           inplace=inplace, base=[t.base for t in recs])
     return Liveness(tuple(recs), steps, tuple(ivs))

@@ -1,7 +1,8 @@
 """schedule: a deterministic topological order of the nodes.
 
 Kahn's algorithm; among ready nodes the one first in model.json goes first, so a
-model already in order keeps its order. Memory-aware orders are a later issue.
+model already in order keeps its order. `candidates` adds memory-aware orders (list
+scheduling by bytes freed, by depth); the compiler keeps the one with the lowest peak.
 """
 
 import heapq
@@ -28,34 +29,7 @@ def run(graph):
     return tuple(order)
 
 
-# ------------------------------------------------------------------ memory-aware order
-
-def live_peak(order, graph, sizes):
-    """Peak live bytes of `order` with one launch per node and every tensor its own
-    bytes: an input lives from step 0 to its last read, a graph output to the end, a
-    node's output from its step to its last read. `sizes`: tensor name -> bytes
-    (tensors not in it, such as pool constants, count 0)."""
-    n = len(order)
-    last = {}
-    for s, node in enumerate(order):
-        for i in node.inputs:
-            last[i] = s
-    delta = [0] * (n + 2)
-    for t in graph.inputs:
-        delta[0] += sizes.get(t.name, 0)
-        delta[last.get(t.name, 0) + 1] -= sizes.get(t.name, 0)
-    outputs = set(graph.outputs)
-    for s, node in enumerate(order):
-        for o in node.outputs:
-            b = sizes.get(o, 0)
-            delta[s] += b
-            delta[(n if o in outputs else last.get(o, s)) + 1] -= b
-    peak = cur = 0
-    for d in delta:
-        cur += d
-        peak = max(peak, cur)
-    return peak
-
+# ------------------------------------------------------------------ memory-aware orders
 
 def _greedy(graph, order, sizes, key):
     """List scheduling: among the ready nodes, the one with the smallest `key(node,
@@ -108,18 +82,17 @@ STRATEGIES = {
 }
 
 
-def memory_aware(graph, order, sizes):
-    """-> (order, default peak, peak): of the default order and the strategies' orders,
-    the one with the lowest live-bytes peak (the first such in this list: default,
-    net, depth, free_then_depth). Deterministic. Large graphs (> 5,000 nodes) keep
-    the default order (the strategies are quadratic in the ready set)."""
-    base = live_peak(order, graph, sizes)
+def candidates(graph, order, sizes):
+    """-> [(name, order)]: the default order, then one per strategy (duplicates
+    dropped). The compiler keeps the one whose planned lifetimes have the lowest peak
+    (pipeline.compile_graph), the first such on ties: never worse than the default.
+    Graphs over 5,000 nodes keep the default order (the strategies are quadratic in
+    the ready set)."""
+    out = [("default", tuple(order))]
     if len(order) > 5000:
-        return order, base, base
-    best, best_peak = order, base
-    for key in STRATEGIES.values():
+        return out
+    for name, key in STRATEGIES.items():
         cand = _greedy(graph, order, sizes, key)
-        p = live_peak(cand, graph, sizes)
-        if p < best_peak:
-            best, best_peak = cand, p
-    return best, base, best_peak
+        if all(cand != o for _, o in out):
+            out.append((name, cand))
+    return out

@@ -38,15 +38,15 @@ from aotplan.errors import PlanError
 from aotplan.plan import PlanKernel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GOLDEN = os.path.join(ROOT, "plans", "golden", "v2")
+GOLDEN = os.path.join(ROOT, "plans", "golden", f"v{codec.FORMAT_VERSION}")
 SIGN_KEY = b"fuzz-signing-key-0123456789abcdef"
 FAMILIES = ("bytes", "struct", "targeted")
 
 # tensor / kernel / launch rows as codec encodes them
-T_NAME, T_KIND, T_DTYPE, T_SHAPE, T_FORMAT, T_DSHAPE, T_STORAGE, T_OFFSET, T_NBYTES = range(9)
+T_NAME, T_KIND, T_DTYPE, T_SHAPE, T_FORMAT, T_DSHAPE, T_STORAGE, T_OFFSET, T_NBYTES, T_BASE = range(10)
 K_NAME, K_EXPORTED, K_WS, K_NOFF, K_FEEDS, K_RETURNS, K_NATIVE = range(7)
 L_KERNEL, L_NODE, L_READS, L_WRITES, L_NODES = range(5)
-ROWS = {"tensors": 9, "kernels": 7, "launches": 5, "constants": 2}
+ROWS = {"tensors": 10, "kernels": 7, "launches": 5, "constants": 2}
 FIXED = ("memory", "provenance")  # fixed-length lists
 
 
@@ -194,9 +194,13 @@ def _b_prefix(rng, d):
         b[rng.randrange(8)] ^= 1 << rng.randrange(8)
         return bytes(b), True, "not an aotplan plan"
     if what == "version":
-        v = rng.choice([0, 1, 3, 4, 255, 2**31, 2**32 - 1, rng.randrange(2**32)])
-        struct.pack_into("<I", b, 8, v if v != codec.FORMAT_VERSION else 3)
-        return bytes(b), True, "plan format"
+        own = struct.unpack_from("<I", d, 8)[0]
+        v = rng.choice([0, 1, 2, 3, 4, 255, 2**31, 2**32 - 1, rng.randrange(2**32)])
+        v = v if v != own else own + 1
+        struct.pack_into("<I", b, 8, v)
+        # a version inside the window is refused by the payload's shape or the signature
+        inside = codec.MIN_SUPPORTED_VERSION <= v <= codec.MAX_SUPPORTED_VERSION
+        return bytes(b), True, None if inside else "plan format"
     h = struct.unpack_from("<I", d, 12)[0]
     v = rng.choice([0, 1, h - 1, h + 1, h + 7, len(d), len(d) - 16, 4096, 4097, 2**31, 2**32 - 1])
     struct.pack_into("<I", b, 12, v if v != h else h + 1)
@@ -533,15 +537,21 @@ def _t_offset(rng, m, plan):
 
 
 def _live_pairs(plan):
-    """Pairs of distinct non-empty arena tensors live at one step: a launch's arena reads
-    and writes, inputs with the first launch's writes, constants with anything."""
-    pairs = set()
-    ar = set(_arena_tensors(plan))
-    for l in plan.launches:
-        touched = [t for t in l.reads + l.writes if t in ar]
-        pairs.update((a, b) for a in touched for b in touched if a != b)
-    consts = [i for i in ar if plan.tensors[i].kind == "constant"]
-    pairs.update((a, b) for a in consts for b in ar if a != b)
+    """Ordered pairs (a, b) of distinct non-empty arena tensors live at one phase (as
+    the verifier counts lifetimes: aotplan.intervals.phases); `b` is neither a view nor
+    the base of one (moving it must be refused as an overlap, not as a broken view)."""
+    from aotplan import intervals
+
+    ivs = intervals.phases([t.kind if t.storage == "arena" else None for t in plan.tensors],
+                           [t.nbytes for t in plan.tensors], [(l.reads, l.writes) for l in plan.launches],
+                           plan.alignment, feeds_first=plan.input_kernel == -1, base=[t.base for t in plan.tensors])
+    bases = {t.base for t in plan.tensors if t.base >= 0}
+    ivs = [iv for iv in ivs if iv.nbytes]
+    pairs = []
+    for x in ivs:
+        for y in ivs:
+            if x.tensor != y.tensor and max(x.first, y.first) <= min(x.last, y.last) and y.tensor not in bases:
+                pairs.append((x.tensor, y.tensor))
     return sorted(pairs)
 
 
