@@ -155,12 +155,16 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
 @click.option("--no-views", is_flag=True,
               help="Kernel mode: give reshapes their own launch and bytes (default: a reshape of an arena tensor "
                    "is a view of its bytes, with no launch).")
+@click.option("--placement", type=click.Choice(["auto", "always", "off"]), default="auto", show_default=True,
+              help="Kernel mode: write each concat input straight into its slice of the concat's bytes, so the "
+                   "concat runs no launch and copies nothing. auto: where that does not raise the peak of live "
+                   "bytes (the concat's bytes are then live from its first input's write); off: concats copy.")
 @click.option("--schedule", type=click.Choice(["memory", "default"]), default="memory", show_default=True,
               help="Launch order for fused and kernel plans: memory = the candidate order with the lowest peak of "
                    "live bytes (never worse than the model's order); default = the model's order.")
 @_handle_errors
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, fuse_min_flops,
-                no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, schedule):
+                no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement, schedule):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     from aotplan import codec
     from aotplan.fileio import atomic_write
@@ -169,6 +173,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     opts = pipeline.Options(planner=planner or pipeline.DEFAULT_PLANNER, weights=weights or pipeline.DEFAULT_WEIGHTS,
                             disabled=frozenset(disabled), launch=launch, reuse=not no_kernel_reuse,
                             embed_native=embed_executables, inplace=not no_inplace, views=not no_views,
+                            placement=placement,
                             schedule=schedule,
                             targets={"host": (), "both": ("cpu", "cuda")}.get(target, (target,)),
                             **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}))
@@ -202,12 +207,16 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         raise AotplanError(f"cannot write plan {output!r}: {e.strerror}") from None
     m = plan.memory
     click.echo(f"compiled {model} -> {output} ({_fmt_bytes(len(data))})")
-    n_views = sum(1 for t in plan.tensors if t.base >= 0)
-    n_after = sum(len(l.nodes) for l in plan.launches) + n_views
+    written = {j for l in plan.launches for j in l.writes}
+    n_views = sum(1 for i, t in enumerate(plan.tensors) if t.base >= 0 and i not in written)
+    n_placed = len({t.base for i, t in enumerate(plan.tensors) if t.base >= 0 and i in written})
+    n_after = sum(len(l.nodes) for l in plan.launches) + n_views + n_placed
     n_launch_kernels = len({l.kernel for l in plan.launches})
     click.echo(f"  nodes {res.n_nodes} ({n_after} after clean-up: {', '.join(plan.passes) or 'none'}); "
                f"launch mode {plan.launch_mode}: {len(plan.launches)} launches"
-               + (f" ({n_views} reshape{' is a view' if n_views == 1 else 's are views'}, no launch)" if n_views else "") + f", {n_launch_kernels} unique launch "
+               + (f" ({n_views} reshape{' is a view' if n_views == 1 else 's are views'}, no launch)" if n_views else "")
+               + (f" ({n_placed} concat{'s' if n_placed != 1 else ''} placed: inputs written into it, no launch)"
+                  if n_placed else "") + f", {n_launch_kernels} unique launch "
                f"kernels ({len(plan.kernels)} kernels in all); weights in {plan.weights}"
                + (f"; native executables for this host{', signed' if key else ''}" if plan.has_native else "")
                + ("; signed" if key and not plan.has_native else ""))

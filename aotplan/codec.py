@@ -26,7 +26,8 @@ Version changelog:
     (`returns`); pool arguments follow from each launch's reads;
     optional native executables per kernel with a host fingerprint; HMAC signatures.
     Version 1 plans are refused: recompile.
-  3 (aotplan 0.3): tensor rows gain `base` (a view's tensor, -1 if none); `memory`
+  3 (aotplan 0.3): tensor rows gain `base`, `runs`, `stride` (views of a tensor's
+    bytes, and concat inputs placed in their slice of the concat's bytes); `memory`
     gains plain_bound_bytes and shared_bound_bytes. Lifetimes are counted in phases
     (a launch reads, then writes), so a launch's output may take the bytes of an input
     that dies in it (in-place). Version 2 plans still load (no views; their lifetimes
@@ -67,7 +68,7 @@ def _limits(n):
 
 def _tensor(t):
     return [t.name, t.kind, t.dtype, list(t.shape), t.format, list(t.device_shape), t.storage, t.offset, t.nbytes,
-            t.base]
+            t.base, t.runs, t.stride]
 
 
 def _kernel(k):
@@ -180,13 +181,15 @@ def _row(value, n, field):
 
 def _decode_tensor(r, i, version):
     f = f"tensors[{i}]"
-    r = _row(r, 9 if version == 2 else 10, f)
+    r = _row(r, 9 if version == 2 else 12, f)
     return PlanTensor(
         name=_check(r[0], str, f + ".name"), kind=_check(r[1], str, f + ".kind"),
         dtype=_check(r[2], str, f + ".dtype"), shape=_ints(r[3], f + ".shape"),
         format=_check(r[4], str, f + ".format"), device_shape=_ints(r[5], f + ".device_shape"),
         storage=_check(r[6], str, f + ".storage"), offset=_check(r[7], int, f + ".offset"),
-        nbytes=_check(r[8], int, f + ".nbytes"), base=-1 if version == 2 else _check(r[9], int, f + ".base"))
+        nbytes=_check(r[8], int, f + ".nbytes"),
+        **({} if version == 2 else dict(base=_check(r[9], int, f + ".base"), runs=_check(r[10], int, f + ".runs"),
+                                        stride=_check(r[11], int, f + ".stride"))))
 
 
 def _decode_kernel(r, i):

@@ -40,8 +40,18 @@ class PlanTensor:
     storage: str
     offset: int
     nbytes: int
-    base: int = -1  # a view: the index of the tensor whose bytes it is (same offset and
-    # bytes, another shape: a reshape made no copy); -1 for a tensor with its own bytes
+    base: int = -1  # -1: the tensor has its own bytes. Otherwise it lives inside tensor
+    # `base` (see `Plan` sharing below): a view (a reshape: same offset and bytes, written
+    # by no launch) or a part (a concat input written straight into its slice of the
+    # concat's bytes: `runs` runs of nbytes/runs bytes, `stride` bytes apart, the first at
+    # `offset`)
+    runs: int = 1
+    stride: int = 0
+
+    def segments(self):
+        """[(byte offset, bytes)] of the tensor's runs in the arena."""
+        run = self.nbytes // self.runs if self.runs else 0
+        return [(self.offset + r * self.stride, run) for r in range(self.runs)]
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from aotplan.plan import LAUNCH_MODES, TENSOR_KINDS, WEIGHT_PLACEMENTS
 
 
 MAX_RANK = 64  # XLA has no fixed limit; nothing real comes close, and shapes are printed in messages
+MAX_RUNS = 1 << 16  # a part's runs (the compiler places concat inputs with at most 64)
 
 
 def _fail(msg):
@@ -50,6 +51,8 @@ def verify(plan):
         _fail(f"memory.arena_bytes {plan.memory.arena_bytes} != arena_bytes {plan.arena_bytes}")
 
     n = len(plan.tensors)
+    launch_written = {j for l in plan.launches for j in l.writes if 0 <= j < n}
+    parts = {}  # base tensor -> its parts
     names = set()
     for i, t in enumerate(plan.tensors):
         w = f"tensor {t.name!r}"
@@ -72,24 +75,53 @@ def verify(plan):
         if t.nbytes != want:
             _fail(f"{w}: nbytes {t.nbytes} != {want} for {t.dtype}{list(t.shape)}")
         if t.storage == "arena":
-            if t.offset < 0 or t.offset % a:
-                _fail(f"{w}: offset {t.offset} is not a non-negative multiple of the alignment {a}")
-            if t.offset + t.nbytes > plan.arena_bytes:
-                _fail(f"{w}: bytes [{t.offset}, {t.offset + t.nbytes}) exceed the arena ({plan.arena_bytes} bytes)")
+            align = formats.WORD_BYTES if t.base != -1 else a  # parts start inside their base
+            if t.offset < 0 or t.offset % align:
+                _fail(f"{w}: offset {t.offset} is not a non-negative multiple of the alignment {align}")
+            if not 1 <= t.runs <= MAX_RUNS or t.nbytes % t.runs or t.stride < 0:
+                _fail(f"{w}: {t.runs} runs of a {t.nbytes}-byte tensor (stride {t.stride})")
+            run = t.nbytes // t.runs
+            if t.runs > 1 and (t.base == -1 or t.stride < run or t.stride % formats.WORD_BYTES
+                               or run % formats.WORD_BYTES):
+                _fail(f"{w}: runs of {run} bytes every {t.stride} bytes: only a part of another tensor has runs, "
+                      f"whole words apart and not overlapping")
+            end = t.offset + (t.runs - 1) * t.stride + run
+            if end > plan.arena_bytes:
+                _fail(f"{w}: bytes [{t.offset}, {end}) exceed the arena ({plan.arena_bytes} bytes)")
         elif t.storage == "pool":
-            if t.kind != "constant" or t.offset != -1:
-                _fail(f"{w}: only constants live in the pool, with offset -1")
+            if t.kind != "constant" or t.offset != -1 or t.base != -1 or t.runs != 1:
+                _fail(f"{w}: only constants live in the pool, with offset -1, in one run")
         else:
             _fail(f"{w}: unknown storage {t.storage!r}")
         if t.base != -1:
             b = plan.tensors[_index(t.base, n, f"{w}: base")]
             if b.base != -1 or t.base == i:
-                _fail(f"{w} is a view of {b.name!r}, which is itself a view")
-            if t.storage != "arena" or b.storage != "arena" or t.offset != b.offset or t.nbytes != b.nbytes:
-                _fail(f"{w} is a view of {b.name!r}: both must be arena tensors with the same offset and bytes "
-                      f"(offsets {t.offset}, {b.offset}; bytes {t.nbytes}, {b.nbytes})")
+                _fail(f"{w} lives inside {b.name!r}, which itself lives inside another tensor")
+            if t.storage != "arena" or b.storage != "arena" or b.runs != 1:
+                _fail(f"{w} and its base {b.name!r} must both be arena tensors, the base in one run")
             if t.kind not in ("intermediate", "output") or b.kind == "constant":
-                _fail(f"{w} ({t.kind}) cannot be a view of {b.name!r} ({b.kind})")
+                _fail(f"{w} ({t.kind}) cannot live inside {b.name!r} ({b.kind})")
+            if i in launch_written:  # a part: written into its slice of the base
+                if b.kind not in ("intermediate", "output"):
+                    _fail(f"{w} is written by a launch inside {b.name!r}, a {b.kind}")
+                if any(o < b.offset or o + r > b.offset + b.nbytes for o, r in t.segments()):
+                    _fail(f"{w}: its bytes leave its base {b.name!r} (bytes {b.offset}..{b.offset + b.nbytes})")
+                parts.setdefault(t.base, []).append(i)
+            elif t.offset != b.offset or t.nbytes != b.nbytes or t.runs != 1:
+                _fail(f"{w} is a view of {b.name!r}: both must have the same offset and bytes "
+                      f"(offsets {t.offset}, {b.offset}; bytes {t.nbytes}, {b.nbytes})")
+    for b, ps in parts.items():  # a base's parts tile it exactly, and no launch writes it whole
+        base = plan.tensors[b]
+        if b in launch_written:
+            _fail(f"tensor {base.name!r} is written by a launch and also made of parts")
+        at = base.offset
+        for o, r in sorted(seg for j in ps for seg in plan.tensors[j].segments()):
+            if o != at:
+                _fail(f"the parts of {base.name!r} do not tile it: {'gap' if o > at else 'overlap'} at byte {min(o, at)}")
+            at = o + r
+        if at != base.offset + base.nbytes:
+            _fail(f"the parts of {base.name!r} do not tile it: they end at byte {at}, it ends at "
+                  f"{base.offset + base.nbytes}")
 
     seen = set()
     for i, c in enumerate(plan.constants):
@@ -197,21 +229,29 @@ def verify(plan):
 
     written = set()
     steps = []
+
+    def ready(j):
+        """Tensor j holds its value: written by a launch, an input, or (a view of) a
+        tensor whose parts have all been written."""
+        t = plan.tensors[j]
+        if j in written or t.kind == "input":
+            return True
+        r = t.base if t.base != -1 and j not in launch_written else j
+        root = plan.tensors[r]
+        return r in written or root.kind == "input" or (r in parts and all(p in written for p in parts[r]))
+
     for s, l in enumerate(plan.launches):
         w = f"launch {s} ({l.node!r})"
         for j in l.reads:
             _index(j, n, f"{w} read")
             t = plan.tensors[j]
-            if t.kind in ("intermediate", "output") and (t.base if t.base != -1 else j) not in written and \
-                    plan.tensors[t.base if t.base != -1 else j].kind != "input":
+            if t.kind in ("intermediate", "output") and not ready(j):
                 _fail(f"{w} reads {t.name!r} before any launch writes it")
         for j in l.writes:
             _index(j, n, f"{w} write")
             t = plan.tensors[j]
             if t.kind in ("input", "constant") or t.storage != "arena":
                 _fail(f"{w} writes {t.name!r}, a {t.kind}")
-            if t.base != -1:
-                _fail(f"{w} writes {t.name!r}, a view of {plan.tensors[t.base].name!r} (launches write the base)")
             if j in written:
                 _fail(f"{w} writes {t.name!r}, which an earlier launch already wrote")
             written.add(j)
@@ -221,7 +261,7 @@ def verify(plan):
                   f"{len(plan.kernel_args(l)[1])} arena tensors")
         steps.append((l.reads, l.writes))
     for i, t in enumerate(plan.tensors):
-        if t.kind == "output" and (t.base if t.base != -1 else i) not in written:
+        if t.kind == "output" and not ready(i):
             _fail(f"output {t.name!r} is never written")
     used = set(special) | {l.kernel for l in plan.launches}
     for i, k in enumerate(plan.kernels):

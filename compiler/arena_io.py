@@ -56,3 +56,22 @@ def write(arena, word, dtype, value):
     if value.size == 0:
         return arena
     return lax.dynamic_update_slice(arena, to_words(value, dtype), (word,))
+
+
+def read_runs(arena, word, dtype, shape, runs=1, stride=0):
+    """A tensor stored as `runs` runs of whole words, `stride` words apart (a concat
+    input placed in its slice of the concat: one run per outer index)."""
+    if runs == 1:
+        return read(arena, word, dtype, shape)
+    per = math.prod(shape) // runs
+    rows = [read(arena, word + r * stride, dtype, (per,)) for r in range(runs)]
+    return jnp.concatenate(rows).reshape(shape)
+
+
+def write_runs(arena, word, dtype, value, runs=1, stride=0):
+    if runs == 1:
+        return write(arena, word, dtype, value)
+    rows = value.reshape(runs, -1)
+    for r in range(runs):
+        arena = write(arena, word + r * stride, dtype, rows[r])
+    return arena

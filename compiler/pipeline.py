@@ -29,6 +29,7 @@ DEFAULT_LAUNCH = "sink"
 LAUNCH_MODES = group.MODES
 TARGETS = ("cpu", "cuda")
 SCHEDULES = ("memory", "default")
+PLACEMENTS = ("auto", "always", "off")
 
 
 def _bound(live):
@@ -48,6 +49,8 @@ class Options:
     targets: tuple = ()  # platforms to export for ("cpu", "cuda"); () = this host's
     inplace: bool = True  # a launch's output may take the bytes of an input that dies in it
     views: bool = True  # kernel mode: reshapes of arena tensors are views (no launch, no bytes)
+    placement: str = "auto"  # kernel mode: concat inputs written into their slices of the concat:
+    # "auto" where that does not raise the peak, "always", or "off"
     schedule: str = "memory"  # "memory": the order with the lowest peak; "default": model order
 
     def runs(self, name):
@@ -106,8 +109,9 @@ class Planned:
     mem: object  # passes.plan_memory.MemoryPlan (views included in offsets)
     schedule: str  # the order chosen ("default", or a schedule.STRATEGIES name)
     plain_bound: int  # the model's bounds: every node a launch, default order, no sharing
-    shared_bound: int  # ... with the sharing the options allow (in-place, views)
+    shared_bound: int  # ... with the sharing the options allow (in-place, views, placement)
     n_views: int
+    n_parts: int  # concat inputs placed in their concat
 
 
 def plan_graph(graph, options=Options()):
@@ -121,33 +125,50 @@ def plan_graph(graph, options=Options()):
     graph, order, info = prepare(graph, options)
     kernel_mode = options.launch == "kernel"
     view_map = views.find(order, graph, info) if options.views and kernel_mode else {}  # fused: inside kernels
+    if options.placement not in PLACEMENTS:
+        raise ModelError(f"unknown placement {options.placement!r} (choose from {', '.join(PLACEMENTS)})")
+    part_map = views.placements(order, graph, info, view_map) if options.placement != "off" and kernel_mode else {}
+    tries = (part_map, {}) if part_map and options.placement == "auto" else (part_map,)
 
-    def plan_for(o):
-        o = [n for n in o if n.outputs[0] not in view_map]
+    def plan_for(o, parts):
+        elided = set(view_map) | {p.concat for p in parts.values()}
+        o = [n for n in o if n.outputs[0] not in elided]
         gs = group.run(o, options.launch, info, options.fuse_min_flops)
         lv = liveness.run(graph, gs, info, options.weights, materialize_all=kernel_mode, inplace=options.inplace,
-                          views=view_map)
+                          views=view_map, parts=parts)
         return gs, lv, _bound(lv)
 
-    groups, live, bound = plan_for(order)
-    schedule_name = "default"
-    if options.schedule == "memory" and options.launch != "sink":  # XLA orders a sink program itself
+    # candidates: the schedules (sink: the model's order; XLA orders a sink program
+    # itself), each with and without placement (a placed concat's bytes are live from
+    # its first input's write: placement can raise the peak); the lowest peak wins, the
+    # first such on ties (placement first: it also saves the concat's launch and copy)
+    orders = [("default", order)]
+    if options.schedule == "memory" and options.launch != "sink":
         sizes = {t: formats.nbytes(i.shape, i.dtype) for t, i in info.items()}
-        for name, cand in schedule.candidates(graph, order, sizes)[1:]:
-            gs, lv, b = plan_for(cand)
-            if b < bound:
-                groups, live, bound, schedule_name = gs, lv, b, name
+        orders = schedule.candidates(graph, order, sizes)
+    best = None
+    for name, cand in orders:
+        for parts in tries:
+            gs, lv, b = plan_for(cand, parts)
+            if best is None or b < best[2]:
+                best = (gs, lv, b, name, parts)
+    groups, live, bound, schedule_name, part_map = best
     labels = tuple(group.label(g, options.launch, i) for i, g in enumerate(groups))
-    debug.log(1, f"group[{options.launch}]: {len(order)} nodes ({len(view_map)} views) -> {len(groups)} launches; "
-                 f"schedule {schedule_name}")
+    debug.log(1, f"group[{options.launch}]: {len(order)} nodes ({len(view_map)} views, {len(part_map)} placed "
+                 f"concat inputs) -> {len(groups)} launches; schedule {schedule_name}")
     plain = _bound(liveness.run(graph, [(n,) for n in order], info, options.weights, inplace=False))
     all_views = views.find(order, graph, info) if options.views else {}
-    shared = _bound(liveness.run(graph, [(n,) for n in order if n.outputs[0] not in all_views], info, options.weights,
-                                 inplace=options.inplace, views=all_views))
+    all_parts = views.placements(order, graph, info, all_views) if options.placement != "off" else {}
+    shared = None
+    for parts in ((all_parts, {}) if all_parts and options.placement == "auto" else (all_parts,)):  # placement where it lowers the peak, as above
+        elided = set(all_views) | {p.concat for p in parts.values()}
+        b = _bound(liveness.run(graph, [(n,) for n in order if n.outputs[0] not in elided], info, options.weights,
+                                inplace=options.inplace, views=all_views, parts=parts))
+        shared = b if shared is None else min(shared, b)
     mem = plan_memory.run(live, options.planner)
-    if view_map:  # a view is at its base's offset
+    if view_map or part_map:  # a view is at its base's offset, a part inside its base
         mem = dataclasses.replace(mem, offsets={**mem.offsets, **{
-            i: mem.offsets[t.base] for i, t in enumerate(live.tensors) if t.base >= 0}})
+            i: mem.offsets[t.base] + t.delta for i, t in enumerate(live.tensors) if t.base >= 0}})
     debug.log(1, f"plan_memory[{mem.planner}]: arena {mem.arena_bytes} B, lower bound {mem.lower_bound_bytes} B, "
                  f"naive {mem.naive_bytes} B; model bounds: plain {plain} B, with sharing {shared} B")
     if debug.level() >= 2:
@@ -155,7 +176,8 @@ def plan_graph(graph, options=Options()):
             t = live.tensors[iv.tensor]
             debug.log(2, f"  {t.name:30s} {t.kind:12s} phases {iv.first:4d}..{iv.last:<4d} "
                          f"bytes {mem.offsets[iv.tensor]:>10d}+{t.nbytes}")
-    return Planned(graph, info, tuple(groups), labels, live, mem, schedule_name, plain, shared, len(view_map))
+    return Planned(graph, info, tuple(groups), labels, live, mem, schedule_name, plain, shared, len(view_map),
+                   len(part_map))
 
 
 def compile_graph(graph, digest, options=Options(), progress=None, on_start=None):

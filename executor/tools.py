@@ -228,7 +228,9 @@ def tensor_from_arena(arena_bytes, t):
     storage = dtypes.storage_dtype(t.dtype)
     dt = dtypes.np_dtype(storage)
     n = int(np.prod(t.shape, dtype=np.int64))
-    a = np.frombuffer(arena_bytes, dtype=np.uint8, count=n * dt.itemsize, offset=t.offset).view(dt).reshape(t.shape)
+    raw = b"".join(arena_bytes[o:o + r] for o, r in t.segments()) if t.runs > 1 else \
+        arena_bytes[t.offset:t.offset + n * dt.itemsize]
+    a = np.frombuffer(raw, dtype=np.uint8, count=n * dt.itemsize).view(dt).reshape(t.shape)
     return dtypes.from_storage(a.copy(), t.dtype)
 
 

@@ -15,7 +15,7 @@ def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, la
     recs, idx = liveness.tensors, liveness.index()
     tensors = tuple(
         PlanTensor(t.name, t.kind, t.dtype, t.shape, "default", formats.device_shape(t.shape), t.storage,
-                   _offset(mem, recs, i), t.nbytes, t.base)
+                   _offset(mem, recs, i), t.nbytes, t.base, t.runs, t.stride)
         for i, t in enumerate(recs))
     cmap = graph.constant_map()
     constants = tuple(
@@ -45,7 +45,7 @@ def _offset(mem, recs, i):
     t = recs[i]
     if t.storage != "arena":
         return -1
-    return mem.offsets[t.base if t.base >= 0 else i]
+    return mem.offsets[i]
 
 
 def _le_bytes(a):

@@ -12,6 +12,7 @@ are views (a reshape of an arena tensor, passes/views.py: no launch, no bytes of
 own); their records name their base, and the base's lifetime covers their reads.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 from aotplan import formats, intervals
@@ -25,7 +26,10 @@ class TensorRecord:
     shape: tuple
     nbytes: int
     storage: str  # "arena" | "pool"
-    base: int = -1  # a view: the index of the tensor whose bytes it is
+    base: int = -1  # a view or a part: the index of the tensor whose bytes it is in
+    runs: int = 1  # a part: runs of nbytes/runs bytes, `stride` bytes apart, the first
+    stride: int = 0  # `delta` bytes after its base's offset
+    delta: int = 0
 
 
 @dataclass(frozen=True)
@@ -39,11 +43,13 @@ class Liveness:
 
 
 def run(graph, groups, info, weights, materialize_all=True, alignment=formats.ALIGNMENT, inplace=True,
-        views=None, feeds_first=None):
+        views=None, feeds_first=None, parts=None):
     """`groups`: the launches, each a tuple of nodes (passes/group.py); `views`: {view
-    tensor name: base tensor name} for view nodes, which are in no group;
-    `feeds_first`: the first launch writes the inputs (default: not materialize_all)."""
-    views = views or {}
+    tensor name: base tensor name} for view nodes, which are in no group; `parts`:
+    {tensor name: views.Part} for concat inputs placed in their concat, whose concat
+    node is in no group; `feeds_first`: the first launch writes the inputs (default:
+    not materialize_all)."""
+    views, parts = views or {}, parts or {}
     order = [n for g in groups for n in g]
     outputs = set(graph.outputs)
     read = {i for n in order for i in n.inputs}
@@ -58,10 +64,13 @@ def run(graph, groups, info, weights, materialize_all=True, alignment=formats.AL
     recs += [TensorRecord(c.name, "constant", c.dtype, c.shape, formats.nbytes(c.shape, c.dtype),
                           "pool" if weights == "pool" else "arena")
              for c in graph.constants if c.name in read]
-    view_nodes = [n for n in graph.nodes if n.outputs[0] in views]
-    for n in view_nodes:
-        crossing.update(n.inputs)  # a view's base is read through it: it is in the arena
-    for n in order + view_nodes:
+    by_output = {o: n for n in graph.nodes for o in n.outputs}
+    view_nodes = [by_output[v] for v in views]
+    concats = {p.concat for p in parts.values()}
+    placed_nodes = [n for n in graph.nodes if n.outputs[0] in concats]
+    for n in view_nodes + placed_nodes:
+        crossing.update(n.inputs)  # read through a view, or written into the concat: in the arena
+    for n in order + placed_nodes + view_nodes:
         for o in n.outputs:
             if o in views:
                 continue
@@ -70,7 +79,10 @@ def run(graph, groups, info, weights, materialize_all=True, alignment=formats.AL
                 recs.append(TensorRecord(o, "output" if o in outputs else "intermediate", t.dtype, t.shape,
                                          formats.nbytes(t.shape, t.dtype), "arena"))
     idx = {t.name: i for i, t in enumerate(recs)}
-    for n in view_nodes:  # in graph order, which is topological: a view's base is a record already
+    for x, p in parts.items():
+        recs[idx[x]] = dataclasses.replace(recs[idx[x]], base=idx[p.concat], runs=p.runs, stride=p.stride,
+                                           delta=p.delta)
+    for n in view_nodes:  # in schedule order: a view's base has its record already
         o, b = n.outputs[0], views[n.outputs[0]]
         b = idx[b]
         if recs[b].base >= 0:

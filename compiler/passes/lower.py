@@ -101,8 +101,9 @@ def _group_key(group, reads, writes, recs):
     for k, n in enumerate(group):
         nodes.append((n.op, repr(n.attrs), tuple(ref[i] for i in n.inputs)))
         ref.update((o, ("n", k, m)) for m, o in enumerate(n.outputs))
-    return (tuple((recs[t].dtype, recs[t].shape, recs[t].storage) for t in reads), tuple(nodes),
-            tuple((ref[recs[t].name], recs[t].dtype, recs[t].shape) for t in writes))
+    return (tuple((recs[t].dtype, recs[t].shape, recs[t].storage, recs[t].runs, recs[t].stride) for t in reads),
+            tuple(nodes), tuple((ref[recs[t].name], recs[t].dtype, recs[t].shape, recs[t].runs, recs[t].stride)
+                                for t in writes))
 
 
 def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns):
@@ -122,7 +123,8 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns):
             word = {t: _word(offsets[t]) for t in arena_reads + list(writes)}
         env = {recs[t].name: v for t, v in zip(pool_reads, pool_vals)}
         for t in arena_reads:
-            env[recs[t].name] = arena_io.read(arena, word[t], recs[t].dtype, recs[t].shape)
+            r = recs[t]
+            env[r.name] = arena_io.read_runs(arena, word[t], r.dtype, r.shape, r.runs, _word(r.stride))
         for t, v in zip(feeds, rest):  # the inputs come as arguments; keep them in the arena too
             arena = arena_io.write(arena, _word(offsets[t]), recs[t].dtype, v)
             env[recs[t].name] = v
@@ -137,7 +139,7 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns):
             if v.shape != r.shape or v.dtype != want:
                 raise ModelError(f"tensor {r.name!r}: lowering produced {v.dtype}{list(v.shape)}, the shape rule "
                                  f"said {r.dtype}{list(r.shape)} (an op library bug)")
-            arena = arena_io.write(arena, word[t], r.dtype, v)
+            arena = arena_io.write_runs(arena, word[t], r.dtype, v, r.runs, _word(r.stride))
         if returns is None:
             return arena
         outs = [env[recs[t].name] if recs[t].name in env else

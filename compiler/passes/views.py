@@ -5,7 +5,14 @@ input (`base` in the plan), whose lifetime covers the view's reads.
 
 Not views: a reshape whose output is a graph output (outputs are written by launches
 and own their bytes), or whose input is a constant (folded, or read from the pool).
+
+Placement: the inputs of a concat are written by their launches straight into their
+slices of the concat's bytes (`placements`), so the concat runs no launch and copies
+nothing. Concatenating along an axis with dimensions before it (NCHW channels with
+batch > 1) gives each input one run per outer index: the launch writes each run.
 """
+
+from dataclasses import dataclass
 
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze")
 
@@ -23,3 +30,63 @@ def find(order, graph, info):
             continue
         views[y] = x
     return views
+
+
+# ------------------------------------------------------------------ placement
+
+MAX_RUNS = 64  # a part written as more runs than this is not worth the launch's extra ops
+
+
+@dataclass(frozen=True)
+class Part:
+    """A concat input written straight into its slice of the concat's bytes."""
+
+    concat: str  # the concat's output tensor
+    delta: int  # bytes from the concat's offset to the part's first run
+    runs: int  # one run per index of the dimensions before the concat axis
+    stride: int  # bytes between runs: one row of the concat
+
+
+def placements(order, graph, info, views):
+    """-> {tensor: Part} for the inputs of concats whose inputs can all be placed: each
+    made by a launch (not a graph input, constant, view or output), read once by the
+    concat and by no other concat placement, with runs of whole 4-byte words. The
+    concat then runs no launch (kernel mode)."""
+    from aotplan import dtypes
+
+    consts = {c.name for c in graph.constants}
+    inputs = {t.name for t in graph.inputs}
+    outputs = set(graph.outputs)
+    viewed = set(views.values())
+    out = {}
+    for n in order:
+        if n.op != "concat" or n.outputs[0] in outputs or n.outputs[0] in views or n.outputs[0] in out:
+            continue
+        y = info[n.outputs[0]]
+        rank = len(y.shape)
+        axis = n.attr("axis", 0)
+        axis = axis + rank if axis < 0 else axis
+        isz = dtypes.itemsize(y.dtype)
+        runs = 1
+        for d in y.shape[:axis]:
+            runs *= d
+        row = isz
+        for d in y.shape[axis:]:
+            row *= d
+        ok = 0 < runs <= MAX_RUNS and len(set(n.inputs)) == len(n.inputs)
+        parts, delta = {}, 0
+        for x in n.inputs:
+            t = info[x]
+            chunk = isz
+            for d in t.shape[axis:]:
+                chunk *= d
+            if (x in consts or x in inputs or x in outputs or x in views or x in viewed or x in out
+                    or any(x == p.concat for p in out.values()) or t.dtype != y.dtype
+                    or chunk % 4 or delta % 4 or row % 4 or chunk == 0):
+                ok = False
+                break
+            parts[x] = Part(n.outputs[0], delta, runs, row)
+            delta += chunk
+        if ok:
+            out.update(parts)
+    return out

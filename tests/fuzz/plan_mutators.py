@@ -43,10 +43,10 @@ SIGN_KEY = b"fuzz-signing-key-0123456789abcdef"
 FAMILIES = ("bytes", "struct", "targeted")
 
 # tensor / kernel / launch rows as codec encodes them
-T_NAME, T_KIND, T_DTYPE, T_SHAPE, T_FORMAT, T_DSHAPE, T_STORAGE, T_OFFSET, T_NBYTES, T_BASE = range(10)
+T_NAME, T_KIND, T_DTYPE, T_SHAPE, T_FORMAT, T_DSHAPE, T_STORAGE, T_OFFSET, T_NBYTES, T_BASE, T_RUNS, T_STRIDE = range(12)
 K_NAME, K_EXPORTED, K_WS, K_NOFF, K_FEEDS, K_RETURNS, K_NATIVE = range(7)
 L_KERNEL, L_NODE, L_READS, L_WRITES, L_NODES = range(5)
-ROWS = {"tensors": 10, "kernels": 7, "launches": 5, "constants": 2}
+ROWS = {"tensors": 12, "kernels": 7, "launches": 5, "constants": 2}
 FIXED = ("memory", "provenance")  # fixed-length lists
 
 
