@@ -738,7 +738,38 @@ def _t_special_kernels(rng, m, plan):
     return True, None
 
 
+def _t_sharing(rng, m, plan):
+    """A view moved off its base, a base pointing nowhere or at a view, runs on a
+    tensor that is no part, a run count that does not divide the bytes."""
+    views = [i for i, t in enumerate(plan.tensors) if t.base >= 0]
+    arena = [i for i in _arena_tensors(plan) if plan.tensors[i].base < 0]
+    how = rng.choice(["move", "base_range", "base_view", "runs_plain", "runs_split"] if views
+                     else ["base_range", "runs_plain", "runs_split"])
+    if how == "move":
+        i = rng.choice(views)
+        t = plan.tensors[i]
+        m["tensors"][i][T_OFFSET] = t.offset + plan.alignment
+        m["arena_bytes"] = m["memory"][0] = plan.arena_bytes + plan.alignment
+        return True, rf"tensor {_name(plan, i)} is a view of .*: both must have the same offset and bytes"
+    if not arena:
+        return None
+    i = rng.choice(arena)
+    if how == "base_range":
+        bad = rng.choice([len(plan.tensors), 2**40, -2])
+        m["tensors"][i][T_BASE] = bad
+        return True, rf"tensor {_name(plan, i)}: base = {bad} is out of range"
+    if how == "base_view":
+        m["tensors"][i][T_BASE] = rng.choice(views)
+        return True, r"lives inside|is a view of|cannot live inside"
+    if how == "runs_plain":
+        m["tensors"][i][T_RUNS], m["tensors"][i][T_STRIDE] = 2, 64
+        return True, rf"tensor {_name(plan, i)}: .*runs"
+    m["tensors"][i][T_RUNS] = rng.choice([0, -1, plan.tensors[i].nbytes + 1, 2**20])
+    return True, rf"tensor {_name(plan, i)}: .*runs"
+
+
 TARGETED = {
+    "sharing": _t_sharing,
     "arena_huge": _t_arena_huge, "offset": _t_offset, "overlap": _t_overlap, "dup_name": _t_dup_name,
     "missing_ref": _t_missing_ref, "read_before_write": _t_read_before_write,
     "output_unwritten": _t_output_unwritten, "write_readonly": _t_write_readonly, "rewrite": _t_rewrite,
