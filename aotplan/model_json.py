@@ -21,7 +21,10 @@ may be inline (`value`, a nested list or scalar).
 import hashlib
 import json
 import os
+import re
+import tokenize
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -53,6 +56,8 @@ TENSOR_KEYS = ("name", "dtype", "shape")
 
 def _keys(obj, allowed, where):
     """Unknown keys are errors: a misspelt "attrs" must not silently mean no attributes."""
+    if not isinstance(obj, dict):
+        raise ModelError(f"{where}: expected an object, got {type(obj).__name__}")
     extra = sorted(k for k in obj if k not in allowed)
     if extra:
         raise ModelError(f"{where}: unknown field {extra[0]!r} (allowed: {', '.join(allowed)})")
@@ -69,32 +74,93 @@ def _shape(value, where):
 def _name(value, where):
     if not isinstance(value, str) or not value:
         raise ModelError(f"{where}: expected a non-empty name string, got {value!r}")
+    _unicode(value, where)
     return value
 
 
-def _load_npz(path, where):
+def _unicode(value, where):
+    """Names end up in plans (UTF-8): a lone surrogate (JSON "\\ud800") cannot."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ModelError(f"{where}: {value!r} is not valid Unicode (it holds a lone surrogate)") from None
+
+
+def _open_npz(path, where):
     if not os.path.isfile(path):
         raise ModelError(f"{where}: weights file {path!r} not found")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
-        raise ModelError(f"{where}: cannot read weights file {path!r}: {e}") from None
+        return zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise ModelError(f"{where}: weights file {path!r} is not an .npz archive: {e}") from None
+
+
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+# what a damaged or hostile member can raise while being read (never unpickled): numpy's
+# header parser lets TypeError (a bytes key) and tokenize's TokenError through; zipfile
+# raises RuntimeError for encrypted members, NotImplementedError for unknown compression
+_NPY_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, RuntimeError, NotImplementedError,
+               MemoryError, TypeError, SyntaxError, tokenize.TokenError)
+
+
+def _read_weight(archive, wfile, name, dtype, shape, where):
+    """One declared weight from the open .npz: its header is checked against the
+    declaration before any data is read (a wrong or huge shape allocates nothing)."""
+    member = f"{name}.npy"  # np.savez's naming
+    try:
+        info = archive.getinfo(member)
+    except KeyError:
+        raise ModelError(f"{where}: not found in weights file {wfile!r}") from None
+    try:
+        with archive.open(member) as f:
+            version = np.lib.format.read_magic(f)
+            if version in _NPY_HEADERS:
+                stored_shape, _, stored_dtype = _NPY_HEADERS[version](f)
+                _check_declared(stored_dtype, tuple(stored_shape), dtype, shape, where)
+                need = int(np.prod(stored_shape, dtype=object)) * stored_dtype.itemsize
+                if f.tell() + need > info.file_size:  # a short member: refuse before allocating
+                    raise ModelError(f"{where}: weights file {wfile!r} holds {max(info.file_size - f.tell(), 0)} "
+                                     f"bytes of it, its shape needs {need}")
+        with archive.open(member) as f:
+            arr = np.lib.format.read_array(f, allow_pickle=False)
+    except ModelError:
+        raise
+    except _NPY_ERRORS as e:
+        raise ModelError(f"{where}: cannot read it from weights file {wfile!r}: {_reason(e)}") from None
+    return _as_declared(arr, dtype, shape, where)
+
+
+def _reason(e, limit=200):
+    """An exception from parsing hostile bytes as one short line, without the object
+    reprs (`<ast.Name object at 0x...>`) numpy's header parser puts in its messages."""
+    text = " ".join(re.sub(r"<[^<>]* object at 0x[0-9a-fA-F]+>", "(?)", str(e)).split())
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _check_declared(stored_dtype, stored_shape, dtype, shape, where):
+    want = dtypes.np_dtype(dtype)
+    if stored_shape != shape:
+        raise ModelError(f"{where}: stored shape {stored_shape} != declared {shape}")
+    if stored_dtype == want:
+        return False
+    if (stored_dtype.kind in "uiV" and stored_dtype.itemsize == want.itemsize and stored_dtype.isnative
+            and stored_dtype.fields is None and stored_dtype.subdtype is None
+            and dtype in ("bfloat16", "float16", "bool")):
+        return True  # raw bits of the same width
+    raise ModelError(f"{where}: stored dtype {stored_dtype} does not match declared dtype {dtype}")
 
 
 def _as_declared(arr, dtype, shape, where):
     """View a stored weight as its declared dtype (raw bits of the same width allowed)."""
-    want = dtypes.np_dtype(dtype)
-    if tuple(arr.shape) != shape:
-        raise ModelError(f"{where}: stored shape {tuple(arr.shape)} != declared {shape}")
-    if arr.dtype == want:
+    if not isinstance(arr, np.ndarray):
+        raise ModelError(f"{where}: stored value is not an array")
+    if not _check_declared(arr.dtype, tuple(arr.shape), dtype, shape, where):
         return arr
-    if arr.dtype.kind in "uiV" and arr.dtype.itemsize == want.itemsize and dtype in ("bfloat16", "float16", "bool"):
-        out = np.asarray(arr, order="C").view(want)
-        if dtype == "bool" and np.any(out.view(np.uint8) > 1):
-            raise ModelError(f"{where}: bool weight holds values other than 0 and 1")
-        return out
-    raise ModelError(f"{where}: stored dtype {arr.dtype} does not match declared dtype {dtype}")
+    out = np.asarray(arr, order="C").view(dtypes.np_dtype(dtype))
+    if dtype == "bool" and np.any(out.view(np.uint8) > 1):
+        raise ModelError(f"{where}: bool weight holds values other than 0 and 1")
+    return out
 
 
 def _scalars(value, where):
@@ -128,19 +194,27 @@ def _check_scalar(v, dtype, where):
     return v
 
 
+def _nested_shape(value, where):
+    """The shape of a rectangular nested list (a scalar: ()), or an error."""
+    if not isinstance(value, list):
+        return ()
+    if not value:
+        return (0,)
+    subs = {_nested_shape(v, where) for v in value}
+    if len(subs) != 1:
+        raise ModelError(f"{where}: inline value is not a rectangular nested list")
+    return (len(value),) + subs.pop()
+
+
 def _inline(value, dtype, shape, where):
     flat = [_check_scalar(v, dtype, where) for v in _scalars(value, where)]
-    try:
-        nested = np.asarray(value, dtype=object)
-    except ValueError:
-        raise ModelError(f"{where}: inline value is not a rectangular nested list") from None
-    if tuple(nested.shape) != shape or len(flat) != int(np.prod(shape)):
-        raise ModelError(f"{where}: inline value has shape {tuple(nested.shape)}, declared {shape}")
-    arr = np.array(flat, dtype=np.float64 if dtype in dtypes.FLOAT_DTYPES else None).astype(
-        dtypes.np_dtype(dtype)).reshape(shape)
-    if tuple(arr.shape) != shape:
-        raise ModelError(f"{where}: inline value has shape {tuple(arr.shape)}, declared {shape}")
-    return arr
+    nested = _nested_shape(value, where)
+    # a nested list stops at its first empty dimension: [[], []] is a (2, 0, ...) tensor
+    want = shape[:shape.index(0) + 1] if 0 in shape else shape
+    if nested != want:
+        raise ModelError(f"{where}: inline value has shape {nested}, declared {shape}")
+    np_dt = dtypes.np_dtype(dtype)
+    return np.array(flat, dtype=np.float64 if dtype in dtypes.FLOAT_DTYPES else np_dt).astype(np_dt).reshape(shape)
 
 
 def parse(doc, base_dir):
@@ -157,6 +231,7 @@ def parse(doc, base_dir):
     name = doc.get("name", "model")
     if not isinstance(name, str):
         raise ModelError(f"{where}.name: expected a string")
+    _unicode(name, f"{where}.name")
 
     inputs = []
     for i, t in enumerate(_req(doc, "inputs", list, where)):
@@ -174,16 +249,15 @@ def parse(doc, base_dir):
     if weights is not None:
         _keys(weights, ("file", "tensors"), "weights")
         wfile = _req(weights, "file", str, "weights")
-        stored = _load_npz(os.path.join(base_dir, wfile), "weights.file")
-        for i, t in enumerate(_req(weights, "tensors", list, "weights")):
-            w = f"weights.tensors[{i}]"
-            n = _name(_req(t, "name", str, w), w + ".name")
-            _keys(t, TENSOR_KEYS, f"weight {n!r}")
-            dt = dtypes.check_dtype(t.get("dtype"), f"weight {n!r}")
-            shape = _shape(_req(t, "shape", list, w), f"weight {n!r}")
-            if n not in stored:
-                raise ModelError(f"weight {n!r}: not found in weights file {wfile!r}")
-            constants.append(Constant(n, dt, shape, _as_declared(stored[n], dt, shape, f"weight {n!r}")))
+        tensors = _req(weights, "tensors", list, "weights")
+        with _open_npz(os.path.join(base_dir, wfile), "weights.file") as archive:
+            for i, t in enumerate(tensors):
+                w = f"weights.tensors[{i}]"
+                n = _name(_req(t, "name", str, w), w + ".name")
+                _keys(t, TENSOR_KEYS, f"weight {n!r}")
+                dt = dtypes.check_dtype(t.get("dtype"), f"weight {n!r}")
+                shape = _shape(_req(t, "shape", list, w), f"weight {n!r}")
+                constants.append(Constant(n, dt, shape, _read_weight(archive, wfile, n, dt, shape, f"weight {n!r}")))
     if not isinstance(doc.get("constants", []), list):
         raise ModelError(f"{where}.constants: expected a list")
     for i, t in enumerate(doc.get("constants", [])):
@@ -221,17 +295,22 @@ def load(path):
     except OSError as e:
         raise ModelError(f"cannot read model {path!r}: {e.strerror}") from None
     try:
-        doc = json.loads(raw, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_nan)
+        # strictly: json.loads(bytes) would let UTF-8-encoded surrogates through
+        text = raw.decode(json.detect_encoding(raw))
+    except (UnicodeDecodeError, LookupError) as e:
+        raise ModelError(f"{path}: not valid JSON: cannot decode the text: {e}") from None
+    try:
+        doc = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_nan)
     except ModelError:
         raise
     except RecursionError:
         raise ModelError(f"{path}: JSON is nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError, huge integers
+    except ValueError as e:  # JSONDecodeError, huge integers
         raise ModelError(f"{path}: not valid JSON: {e}") from None
     try:
         graph = parse(doc, os.path.dirname(os.path.abspath(path)))
     except RecursionError:
-        raise ModelError(f"{path}: an attribute is nested too deeply") from None
+        raise ModelError(f"{path}: a value (an attribute or a constant) is nested too deeply") from None
     return graph, graph_digest(graph)
 
 

@@ -311,7 +311,7 @@ def _reduce(node, x):
         return (jnp.sum(x, axis=axes, keepdims=keep, dtype=x.dtype),)
     # integer mean: sum / count, truncated toward zero (as ONNX Runtime's T division)
     acc = jnp.int64 if x.dtype == jnp.int64 else jnp.int32
-    s = jnp.sum(x.astype(acc), axis=axes, keepdims=keep)
+    s = jnp.sum(x.astype(acc), axis=axes, keepdims=keep, dtype=acc)  # (with x64 on, jnp.sum would widen int32)
     n = math.prod(x.shape[a] for a in axes)
     return (lax.div(s, jnp.full(s.shape, n, acc)).astype(x.dtype),)
 

@@ -21,13 +21,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from aotplan import dtypes
-from aotplan.errors import ModelError
+from aotplan.errors import LimitError, ModelError
 from aotplan.graph import Constant, TensorInfo, freeze
 from compiler import ops
 from compiler.passes import infer as infer_pass
 from compiler.passes import schedule
 
 FOLD_MIN_BYTES = 64 * 1024  # a folded result up to this size is always fine to store
+FOLD_MAX_BYTES = 256 * 1024 * 1024  # the most a node that decides a shape may produce
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,7 @@ def run(graph, fold_constants=True):
         for name, (dt, shape) in zip(node.outputs, outs):
             info[name] = TensorInfo(name, dt, shape)
         if _should_fold(node, op, outs, consts, needed, fold_constants):
+            _check_fold_size(node, op, outs, consts, needed)
             values = _evaluate(node, op, [consts.get(i) for i in node.inputs], [info[i] for i in node.inputs], outs)
             for name, (dt, shape), v in zip(node.outputs, outs, values):
                 consts[name] = Constant(name, dt, shape, v)
@@ -134,6 +136,23 @@ def _bind(node, op, consts):
     return dataclasses.replace(node, inputs=tuple(inputs), attrs=freeze(attrs)), n
 
 
+def _out_bytes(outs):
+    return sum(int(np.prod(s)) * dtypes.np_dtype(d).itemsize for d, s in outs)
+
+
+def _check_fold_size(node, op, outs, consts, needed):
+    """A node evaluated only because some shape depends on it must not make the
+    compiler allocate gigabytes (`_should_fold` bounds the others by their inputs)."""
+    if op.shape_value is not None or node.name not in needed:
+        return
+    out_bytes = _out_bytes(outs)
+    if out_bytes > max(FOLD_MAX_BYTES, 2 * sum(consts[i].data.nbytes for i in node.inputs)):
+        desc = ", ".join(f"{d}{list(s)}" for d, s in outs)
+        raise LimitError(f"node {node.name!r} ({node.op}): must be evaluated at compile time (a shape depends on "
+                         f"it), but its output {desc} is {out_bytes} bytes, more than the {FOLD_MAX_BYTES} bytes "
+                         f"that constant folding evaluates")
+
+
 def _should_fold(node, op, outs, consts, needed, fold_constants):
     if op.shape_value is not None:
         return True
@@ -143,7 +162,7 @@ def _should_fold(node, op, outs, consts, needed, fold_constants):
         return True
     if not fold_constants:
         return False
-    out_bytes = sum(int(np.prod(s)) * dtypes.np_dtype(d).itemsize for d, s in outs)
+    out_bytes = _out_bytes(outs)
     in_bytes = sum(consts[i].data.nbytes for i in node.inputs)
     return out_bytes <= max(FOLD_MIN_BYTES, 2 * in_bytes)
 

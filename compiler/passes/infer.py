@@ -4,9 +4,10 @@ Returns {tensor name: TensorInfo} (an analysis record; the graph is not changed)
 Constants that some node reads are range-checked here (int64 is stored as int32).
 """
 
-from aotplan import dtypes
-from aotplan.errors import InternalError, ShapeError
+from aotplan import dtypes, formats
+from aotplan.errors import InternalError, LimitError, ShapeError
 from aotplan.graph import TensorInfo
+from aotplan.model_json import MAX_DIM
 from compiler import ops
 
 
@@ -20,11 +21,31 @@ def infer_node(node, op, ins):
         raise ShapeError(f"node {node.name!r} ({node.op}): bad attributes or inputs: {e}") from None
     if len(outs) != len(node.outputs):
         raise InternalError(f"op {node.op}: rule returned {len(outs)} outputs for {len(node.outputs)}")
-    return [(dt, tuple(int(d) for d in shape)) for dt, shape in outs]
+    outs = [(dt, tuple(int(d) for d in shape)) for dt, shape in outs]
+    for name, (dt, shape) in zip(node.outputs, outs):
+        if any(d < 0 for d in shape):
+            raise InternalError(f"op {node.op}: rule gave node {node.name!r} output {name!r} the shape {list(shape)}")
+        check_size(f"node {node.name!r} ({node.op}): output {name!r}", dt, shape)
+    return outs
+
+
+def check_size(what, dt, shape):
+    """Computed shapes obey the limits model.json puts on declared ones, and a tensor
+    must fit the arena: numpy refuses some larger ones, and XLA aborts the process."""
+    if any(d > MAX_DIM for d in shape):
+        raise LimitError(f"{what} would have shape {list(shape)}; dimensions are limited to {MAX_DIM}")
+    # an empty tensor's other dimensions count too: numpy (and XLA) refuse [0, 2**31-1, 2**31-1, 2**31-1]
+    nbytes = formats.nbytes(tuple(max(d, 1) for d in shape), dt)
+    if nbytes > formats.MAX_ARENA_BYTES:
+        empty = " (counting its empty dimensions as 1)" if 0 in shape else ""
+        raise LimitError(f"{what} {dt}{list(shape)} needs {nbytes} bytes{empty}, more than the "
+                         f"{formats.MAX_ARENA_BYTES} bytes (~8 GiB, the arena's limit) a tensor may have")
 
 
 def run(graph, order):
     info = {t.name: t for t in graph.inputs}
+    for t in graph.inputs:
+        check_size(f"input {t.name!r}", t.dtype, t.shape)
     read = {i for n in order for i in n.inputs}
     for c in graph.constants:
         if c.name in read:

@@ -4,7 +4,7 @@ the naive size and the lower bound (peak live bytes)."""
 from dataclasses import dataclass
 
 from aotplan import formats, intervals
-from aotplan.errors import InternalError, ModelError
+from aotplan.errors import InternalError, LimitError, ModelError
 from compiler import planners
 
 
@@ -29,6 +29,14 @@ def run(liveness, planner="greedy_by_size", alignment=formats.ALIGNMENT):
         raise InternalError(f"planner {planner!r} overlapped tensors {clash[0].tensor} and {clash[1].tensor}")
     arena = planners.arena_size(ivs, offsets, alignment)
     naive = planners.arena_size(ivs, planners.naive(ivs, alignment), alignment)
-    formats.check_arena_bytes(arena, "the arena")
+    try:
+        formats.check_arena_bytes(arena, "the arena")
+    except LimitError as e:  # name the largest tensor: the model's doing, not the planner's
+        i = max(ivs, key=lambda iv: iv.nbytes).tensor
+        if i >= len(liveness.tensors):
+            raise
+        t = liveness.tensors[i]
+        raise LimitError(f"{e}; its largest tensor is {t.kind} {t.name!r} {t.dtype}{list(t.shape)} "
+                         f"({t.nbytes} bytes)") from None
     return MemoryPlan({iv.tensor: o for iv, o in zip(ivs, offsets)}, arena, naive,
                       intervals.peak_live_bytes(ivs, lambda n: formats.align_up(n, alignment)), planner)
