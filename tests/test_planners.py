@@ -1,14 +1,33 @@
-"""Planners on literal intervals with exact answers, then random ones (hypothesis)."""
+"""Planners on literal intervals with exact answers, then random ones (hypothesis)
+against direct O(n^2) transcriptions of TFLite's algorithms and a brute-force optimum."""
 
+import itertools
+import random
+
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from aotplan import formats, intervals
 from aotplan.intervals import Interval
 from compiler import planners
+from compiler.passes import liveness, plan_memory
+
+GREEDY = ("greedy_by_size", "greedy_by_breadth", "exact", "best")  # every planner but naive
 
 
-def iv(t, first, last, nbytes):
-    return Interval(t, first, last, nbytes, 64, "intermediate")
+def iv(t, first, last, nbytes, alignment=64):
+    return Interval(t, first, last, nbytes, alignment, "intermediate")
+
+
+def lower_bound(ivs, alignment):
+    return intervals.peak_live_bytes(ivs, lambda n: formats.align_up(n, alignment))
+
+
+def arena(ivs, offsets, alignment):
+    return planners.arena_size(ivs, offsets, alignment)
+
+
+# --- literal cases ----------------------------------------------------------------------
 
 
 def test_naive_literal():
@@ -26,35 +45,290 @@ def test_greedy_by_size_literal():
     assert intervals.peak_live_bytes(ivs, formats.align_up) == 448
 
 
-def test_greedy_best_fit_gap():
-    # a big long-lived tensor and two small ones that fit in the hole it leaves behind
-    ivs = [iv(0, 0, 0, 256), iv(1, 0, 3, 128), iv(2, 1, 1, 64), iv(3, 2, 2, 192)]
+def test_greedy_takes_the_best_fitting_gap_not_the_first():
+    ivs = [iv(0, 0, 1, 256), iv(1, 0, 0, 64), iv(2, 1, 2, 320), iv(3, 1, 1, 192), iv(4, 0, 1, 128)]
+    # No tensor spans steps 0..2, so all go by size: t2 320, t0 256, t3 192, t4 128, t1 64.
+    #   t2 (1-2)  nothing placed                               -> 0    [0, 320)
+    #   t0 (0-1)  t2 [0,320)                                   -> 320  [320, 576)
+    #   t3 (1)    t2, t0: [0,576)                              -> 576  [576, 768)
+    #   t4 (0-1)  t2, t0, t3: [0,768)                          -> 768  [768, 896)
+    #   t1 (0)    t0 [320,576), t4 [768,896): gaps [0,320) and [576,768); the smaller
+    #             one that holds 64 bytes is [576,768)         -> 576 (first fit: 0)
     offs = planners.greedy_by_size(ivs, 64)
-    assert offs == [0, 256, 0, 0]
+    assert offs == [320, 576, 0, 576, 768]
+    assert intervals.find_overlap(ivs, offs) is None
+    assert arena(ivs, offs, 64) == lower_bound(ivs, 64) == 896
+
+
+def test_whole_run_tensors_go_first_and_at_the_bottom():
+    # t1 lives over steps 0..3, the whole range: placed first (by tensor id) although
+    # t0 and t3 are bigger
+    ivs = [iv(0, 0, 0, 256), iv(1, 0, 3, 128), iv(2, 1, 1, 64), iv(3, 2, 2, 192), iv(4, 0, 3, 64)]
+    offs = planners.greedy_by_size(ivs, 64)
+    assert offs[1] == 0 and offs[4] == 128
+    assert offs == [192, 0, 192, 192, 128]
     assert intervals.find_overlap(ivs, offs) is None
 
 
-interval_sets = st.lists(
-    st.tuples(st.integers(0, 20), st.integers(0, 6), st.integers(1, 5000)), min_size=1, max_size=40,
-).map(lambda rows: [iv(i, f, f + d, n) for i, (f, d, n) in enumerate(rows)])
+# Pisarchyk & Lee, "Efficient Memory Management for Deep Neural Net Inference"
+# (arXiv 2001.03288), the worked example: (first, last, size) of tensors t0..t7.
+PAPER = [(0, 1, 32), (1, 4, 28), (2, 5, 36), (3, 5, 16), (4, 5, 8), (5, 7, 64), (6, 8, 10), (7, 8, 40)]
+
+
+def paper():
+    return [iv(t, f, l, n, 1) for t, (f, l, n) in enumerate(PAPER)]
+
+
+def test_paper_example_lower_bound():
+    # step 5: t2 36 + t3 16 + t4 8 + t5 64 = 124
+    assert lower_bound(paper(), 1) == 124
+
+
+def test_paper_example_greedy_by_size():
+    # No tensor spans steps 0..8. By size: t5 64, t7 40, t2 36, t0 32, t1 28, t3 16, t6 10, t4 8.
+    #   alloc t5 (5-7)  nothing placed                                  -> 0    [0, 64)
+    #   alloc t7 (7-8)  t5 [0,64)                                       -> 64   [64, 104)
+    #   alloc t2 (2-5)  t5 [0,64) (t7 starts at 7)                      -> 64   [64, 100)
+    #   alloc t0 (0-1)  none of t5, t7, t2 is live at 0-1               -> 0    [0, 32)
+    #   alloc t1 (1-4)  t0 [0,32), t2 [64,100): gap [32,64) holds 28    -> 32   [32, 60)
+    #   alloc t3 (3-5)  t1, t2, t5: [0,100)                             -> 100  [100, 116)
+    #   alloc t6 (6-8)  t5 [0,64), t7 [64,104)                          -> 104  [104, 114)
+    #   alloc t4 (4-5)  t1, t2, t3, t5: [0,116)                         -> 116  [116, 124)
+    ivs = paper()
+    offs = planners.greedy_by_size(ivs, 1)
+    assert offs == [0, 32, 64, 100, 116, 0, 104, 64]
+    assert arena(ivs, offs, 1) == 124
+
+
+def test_paper_example_every_planner():
+    # breadth per step: 0:32 1:60 2:64 3:80 4:88 5:124 6:74 7:114 8:50. Steps 5, 7, 4, ...:
+    # step 5 puts t5 0, t2 64, t3 100, t4 116; step 7 puts t7 64, t6 104; step 4 puts t1
+    # in the gap [0,64) at 0; step 1 puts t0 on top of t1, at 28.
+    ivs = paper()
+    assert planners.greedy_by_breadth(ivs, 1) == [28, 0, 64, 100, 116, 0, 104, 64]
+    sizes = {name: arena(ivs, plan(ivs, 1), 1) for name, plan in planners.PLANNERS.items()}
+    assert sizes == {"naive": 234, "greedy_by_size": 124, "greedy_by_breadth": 124, "exact": 124, "best": 124}
+    assert planners.best(ivs, 1) == planners.greedy_by_size(ivs, 1)  # a tie goes to the first member
+    # At alignment 64 every tensor takes 64 bytes and the bound is 4 * 64. By size, t1
+    # (1-4) lands on t0 and t2 at 128, so t3 goes to 192 and t4 to 256: 320. By breadth
+    # (step 5 first) the bound is reached, and `best` takes it (exact ties, later member).
+    ivs64 = [iv(t, f, l, n, 64) for t, (f, l, n) in enumerate(PAPER)]
+    assert lower_bound(ivs64, 64) == 256
+    assert planners.greedy_by_size(ivs64, 64) == [0, 128, 64, 192, 256, 0, 128, 64]
+    sizes = {name: arena(ivs64, plan(ivs64, 64), 64) for name, plan in planners.PLANNERS.items()}
+    assert sizes == {"naive": 512, "greedy_by_size": 320, "greedy_by_breadth": 256, "exact": 256, "best": 256}
+    assert planners.best(ivs64, 64) == planners.greedy_by_breadth(ivs64, 64)
+
+
+def test_exact_beats_greedy_by_size():
+    ivs = [iv(0, 0, 1, 128, 16), iv(1, 1, 2, 64, 16), iv(2, 3, 5, 160, 16), iv(3, 2, 4, 128, 16)]
+    # by size: t2 at 0; t0 (steps 0-1, clear of t2) at 0; t3 on t2 at 160; t1 (live with
+    # t0 [0,128) and t3 [160,288)) does not fit the 32-byte gap: on top, at 288 -> 352.
+    assert planners.greedy_by_size(ivs, 16) == [0, 288, 0, 160]
+    # the optimum puts t3 under t2's future place and t1 above t0: the bound, 288
+    assert lower_bound(ivs, 16) == 288
+    assert planners.exact(ivs, 16) == [0, 128, 128, 0]
+    assert planners.best(ivs, 16) == [0, 128, 128, 0]
+
+
+def test_zero_bytes_and_empty():
+    for name, plan in planners.PLANNERS.items():
+        assert plan([], 64) == [], name
+    ivs = [iv(0, 0, 3, 0), iv(1, 1, 2, 64), iv(2, 2, 2, 0)]
+    for name in GREEDY:
+        offs = planners.PLANNERS[name](ivs, 64)
+        assert offs[0] == offs[2] == 0 and intervals.find_overlap(ivs, offs) is None, name
+
+
+def test_plan_memory_runs_every_planner_by_name():
+    ivs = tuple(iv(t, f, l, n) for t, (f, l, n) in enumerate(PAPER))
+    live = liveness.Liveness((), (), ivs)
+    for name in planners.PLANNERS:
+        m = plan_memory.run(live, name)
+        assert m.planner == name and m.lower_bound_bytes <= m.arena_bytes <= m.naive_bytes
+    # at 64-byte alignment every tensor takes 64 bytes; four live at step 4 and at step 5
+    assert plan_memory.run(live, "best").arena_bytes == 256 == plan_memory.run(live).lower_bound_bytes
+
+
+def test_exact_is_bounded():
+    # 12 tensors all live together with awkward sizes: the search stops at its budget
+    ivs = [iv(t, 0, 1 + t % 3, 64 * (t + 1) + 1) for t in range(12)]
+    offs = planners.exact(ivs, 64)
+    assert intervals.find_overlap(ivs, offs) is None
+    assert arena(ivs, offs, 64) <= arena(ivs, planners.greedy_by_size(ivs, 64), 64)
+    big = [iv(t, t, t + 2, 64) for t in range(planners.EXACT_MAX_INTERVALS + 1)]
+    assert planners.exact(big, 64) == planners.greedy_by_size(big, 64)
+
+
+# --- references -------------------------------------------------------------------------
+
+
+def ref_best_fit(ivs, alignment, order):
+    """TFLite's loop, transcribed: every placed tensor, in offset order, is looked at."""
+    offsets, placed = [0] * len(ivs), []
+    for i in order:
+        a = ivs[i]
+        if not a.nbytes:
+            continue
+        busy = sorted((offsets[j], formats.align_up(offsets[j] + ivs[j].nbytes, alignment)) for j in placed
+                      if a.first <= ivs[j].last and ivs[j].first <= a.last)
+        best, prev = None, 0
+        for lo, hi in busy:
+            if lo >= prev and lo - prev >= a.nbytes and (best is None or lo - prev < best[1]):
+                best = (prev, lo - prev)
+            prev = max(prev, hi)
+        offsets[i] = best[0] if best else prev
+        placed.append(i)
+    return offsets
+
+
+def ref_size_order(ivs):
+    live = [a for a in ivs if a.nbytes]
+    lo, hi = min((a.first for a in live), default=0), max((a.last for a in live), default=0)
+    whole = [i for i, a in enumerate(ivs) if a.nbytes and a.first == lo and a.last == hi]
+    rest = [i for i in range(len(ivs)) if i not in whole]
+    return sorted(whole, key=lambda i: ivs[i].tensor) + sorted(
+        rest, key=lambda i: (-ivs[i].nbytes, ivs[i].first, ivs[i].tensor))
+
+
+def ref_breadth_order(ivs, alignment):
+    live = [i for i, a in enumerate(ivs) if a.nbytes]
+    steps = range(max((ivs[i].last for i in live), default=-1) + 1)
+    profile = {s: [i for i in live if ivs[i].first <= s <= ivs[i].last] for s in steps}
+    breadth = {s: sum(formats.align_up(ivs[i].nbytes, alignment) for i in profile[s]) for s in steps}
+    order = []
+    for s in sorted(steps, key=lambda s: (-breadth[s], s)):
+        for i in sorted(profile[s], key=lambda i: (-ivs[i].nbytes, ivs[i].first, ivs[i].tensor)):
+            if i not in order:
+                order.append(i)
+    return order
+
+
+def lowest_fit_arena(ivs, alignment, perm):
+    offsets, placed = [0] * len(ivs), []
+    for i in perm:
+        a = ivs[i]
+        at = 0
+        for lo, hi in sorted((offsets[j], formats.align_up(offsets[j] + ivs[j].nbytes, alignment))
+                             for j in placed if a.first <= ivs[j].last and ivs[j].first <= a.last):
+            if at + a.nbytes <= lo:
+                break
+            at = max(at, hi)
+        offsets[i] = at
+        placed.append(i)
+    return arena(ivs, offsets, alignment)
+
+
+# --- random intervals -------------------------------------------------------------------
+
+ALIGNMENTS = st.sampled_from([1, 16, 64])
+
+
+@st.composite
+def interval_sets(draw, max_size=40, max_step=20):
+    """Tensor ids unique but not in list order; zero-byte tensors, one huge one at times,
+    some live over the whole range."""
+    rows = draw(st.lists(st.tuples(st.integers(0, max_step), st.integers(0, 6),
+                                   st.one_of(st.integers(1, 5000), st.just(0), st.integers(1, 64))),
+                         min_size=1, max_size=max_size))
+    ids = draw(st.permutations(range(len(rows))))
+    ivs = [iv(t, f, f + d, n) for t, (f, d, n) in zip(ids, rows)]
+    if draw(st.booleans()):
+        k = draw(st.integers(0, len(ivs) - 1))
+        ivs[k] = iv(ivs[k].tensor, ivs[k].first, ivs[k].last, 2**33 + 3)
+    if draw(st.booleans()):
+        end = max(a.last for a in ivs)
+        ivs.append(iv(len(ivs), 0, end, draw(st.integers(1, 4096))))
+    return ivs
 
 
 @settings(max_examples=200, deadline=None)
-@given(interval_sets)
-def test_planners_never_overlap(ivs):
-    bound = intervals.peak_live_bytes(ivs, formats.align_up)
+@given(interval_sets(), ALIGNMENTS)
+def test_every_planner_is_valid_and_between_the_bounds(ivs, alignment):
+    bound = lower_bound(ivs, alignment)
     sizes = {}
     for name, plan in planners.PLANNERS.items():
-        offs = plan(ivs, 64)
+        offs = plan(ivs, alignment)
+        assert len(offs) == len(ivs), name
+        assert all(o % alignment == 0 and o >= 0 for o in offs), name
         assert intervals.find_overlap(ivs, offs) is None, name
-        assert all(o % 64 == 0 for o in offs)
-        sizes[name] = planners.arena_size(ivs, offs, 64)
-        assert sizes[name] >= bound
-    assert sizes["greedy_by_size"] <= sizes["naive"]
+        sizes[name] = arena(ivs, offs, alignment)
+        assert bound <= sizes[name] <= sizes.get("naive", sizes[name]), name
+    assert all(sizes["best"] <= sizes[m] for m in planners.PORTFOLIO)
+    assert sizes["exact"] <= sizes["greedy_by_size"]
 
 
-def test_find_overlap_detects():
-    ivs = [iv(0, 0, 2, 128), iv(1, 2, 3, 64)]
-    assert intervals.find_overlap(ivs, [0, 64]) == (ivs[0], ivs[1])
-    assert intervals.find_overlap(ivs, [0, 128]) is None
-    assert intervals.find_overlap([iv(0, 0, 1, 128), iv(1, 2, 3, 64)], [0, 0]) is None  # disjoint in time
+@settings(max_examples=200, deadline=None)
+@given(interval_sets(max_size=60), ALIGNMENTS)
+def test_greedy_planners_match_tflite_transcriptions(ivs, alignment):
+    assert planners.greedy_by_size(ivs, alignment) == ref_best_fit(ivs, alignment, ref_size_order(ivs))
+    assert planners.greedy_by_breadth(ivs, alignment) == ref_best_fit(ivs, alignment,
+                                                                     ref_breadth_order(ivs, alignment))
+
+
+@settings(max_examples=50, deadline=None)
+@given(interval_sets(max_size=60, max_step=6), ALIGNMENTS)
+def test_engine_merge_paths_match(ivs, alignment):
+    # the union of many lists: by sort, through numpy, list by list skipping what is
+    # covered, with or without short lists merged first
+    want = ref_best_fit(ivs, alignment, ref_size_order(ivs))
+    old = planners._NUMPY_EVENTS, planners._SKIP_EVENTS, planners._SKIP_BUDGET
+    try:
+        for config in ((0, 10**9, 0), (0, 0, 10**9), (0, 0, 3), (0, 0, 0)):
+            planners._NUMPY_EVENTS, planners._SKIP_EVENTS, planners._SKIP_BUDGET = config
+            assert planners.greedy_by_size(ivs, alignment) == want, config
+    finally:
+        planners._NUMPY_EVENTS, planners._SKIP_EVENTS, planners._SKIP_BUDGET = old
+
+
+@settings(max_examples=100, deadline=None)
+@given(interval_sets(max_size=6, max_step=4), ALIGNMENTS)
+def test_exact_is_optimal_on_small_sets(ivs, alignment):
+    live = [i for i, a in enumerate(ivs) if a.nbytes]
+    best = min(lowest_fit_arena(ivs, alignment, p) for p in itertools.permutations(live))
+    assert arena(ivs, planners.exact(ivs, alignment), alignment) == best
+
+
+@settings(max_examples=100, deadline=None)
+@given(interval_sets(), ALIGNMENTS, st.randoms(use_true_random=False))
+def test_deterministic_and_independent_of_list_order(ivs, alignment, rnd):
+    shuffled = list(ivs)
+    rnd.shuffle(shuffled)
+    for name in GREEDY:
+        plan = planners.PLANNERS[name]
+        offs = plan(ivs, alignment)
+        assert plan(list(ivs), alignment) == offs, name
+        by_tensor = dict(zip((a.tensor for a in ivs), offs))
+        assert dict(zip((a.tensor for a in shuffled), plan(shuffled, alignment))) == by_tensor, name
+
+
+def test_thousands_of_tensors_live_at_once():
+    # all live at one step, or nested, or all whole-run: one packed stack, at the bound
+    rng = random.Random(0)
+    sizes = [rng.randrange(1, 1 << 20) for _ in range(3000)]
+    for ivs in ([iv(t, 0, 0, n) for t, n in enumerate(sizes)],
+                [iv(t, t % 7, 10, n) for t, n in enumerate(sizes)],
+                [iv(t, 0, 5, n) for t, n in enumerate(sizes)] + [iv(3000, 1, 2, 64)],
+                # all live at the end but one early tensor: the tree holds them in pieces
+                [iv(t, 1 + t % 50, 60, n) for t, n in enumerate(sizes)] + [iv(3000, 0, 0, 1 << 21)]):
+        for name in ("greedy_by_size", "greedy_by_breadth", "best"):
+            offs = planners.PLANNERS[name](ivs, 64)
+            assert intervals.find_overlap(ivs, offs) is None
+            assert arena(ivs, offs, 64) == lower_bound(ivs, 64), name
+
+
+def test_20k_tensors_live_at_once_after_a_chain():
+    # no timing assert: planning this pattern quadratically would take minutes, not a second
+    rng = random.Random(1)
+    ivs = [iv(t, t, t + 1, rng.randrange(1, 1 << 20)) for t in range(200)]
+    ivs += [iv(200 + t, 200 + rng.randrange(1000), 1200, rng.randrange(1, 1 << 20)) for t in range(20000)]
+    offs = planners.greedy_by_size(ivs, 64)
+    assert intervals.find_overlap(ivs, offs) is None
+    assert arena(ivs, offs, 64) == lower_bound(ivs, 64)
+
+
+def test_unknown_planner_is_refused():
+    from aotplan.errors import ModelError
+
+    with pytest.raises(ModelError, match="best"):
+        plan_memory.run(liveness.Liveness((), (), ()), "nope")
