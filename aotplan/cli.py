@@ -117,7 +117,10 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Plan file to write (default: MODEL's name with .plan, in the current directory).")
-@click.option("--planner", default=None, help="Memory planner: greedy_by_size (default) or naive.")
+@click.option("--planner", default=None,
+              help="Memory planner: best (default: the smallest arena of greedy_by_size, greedy_by_breadth, exact "
+                   "and naive), greedy_by_size, greedy_by_breadth, exact (branch and bound, up to 12 tensors) or "
+                   "naive (no reuse).")
 @click.option("--weights", type=click.Choice(["pool", "arena"]), default=None,
               help="Where weights live: a read-only constant pool of typed device arrays (default) "
                    "or the arena's static region.")

@@ -23,7 +23,7 @@ from aotplan import formats, intervals
 # weight_layout runs only for CPU targets (see passes/weight_layout.py).
 CLEANUP_PASSES = ("fold", "identity", "bn_fold", "weight_layout", "cse", "dce")
 
-DEFAULT_PLANNER = "greedy_by_size"
+DEFAULT_PLANNER = "best"
 DEFAULT_WEIGHTS = "pool"
 DEFAULT_LAUNCH = "sink"
 LAUNCH_MODES = group.MODES

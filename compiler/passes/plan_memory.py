@@ -17,7 +17,7 @@ class MemoryPlan:
     planner: str
 
 
-def run(liveness, planner="greedy_by_size", alignment=formats.ALIGNMENT):
+def run(liveness, planner="best", alignment=formats.ALIGNMENT):
     if planner not in planners.PLANNERS:
         raise ModelError(f"unknown planner {planner!r} (known: {', '.join(sorted(planners.PLANNERS))})")
     ivs = list(liveness.intervals)
