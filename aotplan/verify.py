@@ -8,10 +8,11 @@ earlier launch wrote and that every output is written, gives each kernel one rol
 from the launches (it does not trust the planner), and sweeps them for two tensors that
 share bytes while both are live. Lifetimes are in phases (`intervals.phases`): a
 launch reads, then writes, so its output may take the bytes of an input that dies in it
-(in-place). The only declared sharing is a view (`base`: same offset and bytes, covered
-by its base's lifetime); any other overlap of live tensors is refused, naming both.
-The cost is O(n log n) in the plan's size (the sweep is not
-all-pairs, however many tensors are live at once): a plan file cannot make it slow.
+(in-place). The declared sharing is a tensor inside its `base`: a view (same offset and
+bytes) or the parts of a placed concat (which must tile it), covered by the base's
+lifetime; any other overlap of live tensors is refused, naming both. The cost is
+O(n log n) in the plan's size (`intervals.find_overlap`, a sweep, not all-pairs, however
+many tensors are live at once): a plan file cannot make it slow.
 """
 
 from aotplan import dtypes, formats, intervals
@@ -271,7 +272,7 @@ def verify(plan):
     kinds = [t.kind if t.storage == "arena" else None for t in plan.tensors]
     ivs = intervals.phases(kinds, [t.nbytes for t in plan.tensors], steps, a, feeds_first=plan.input_kernel == -1,
                            base=[t.base for t in plan.tensors])
-    clash = find_overlap(ivs, [plan.tensors[iv.tensor].offset for iv in ivs])
+    clash = intervals.find_overlap(ivs, [plan.tensors[iv.tensor].offset for iv in ivs])
     if clash:
         x, y = (plan.tensors[iv.tensor] for iv in clash)
         _fail(f"tensors {x.name!r} (bytes {x.offset}..{x.offset + x.nbytes}, {_live(clash[0])}) "
@@ -287,63 +288,3 @@ def _live(iv):
         s, w = divmod(p - 2, 2)
         return "before the first launch" if s < 0 else f"{'written' if w else 'read'} by launch {s}"
     return f"live from {at(iv.first)} to {at(iv.last)}"
-
-
-def find_overlap(ivs, offsets):
-    """The first pair (a, b) of `intervals.Interval`s (at byte `offsets`) that share
-    bytes while both are live, or None. Like `intervals.find_overlap` (the planners'
-    check), but O(n log n) however many tensors are live at once: a plan file could
-    hold a million tensors live for the whole step.
-
-    A sweep over start steps. A segment tree over the byte coordinates holds, for each
-    stretch of bytes, the latest last step of the intervals swept so far that cover it
-    (each update: a range max; each query: a range max). An interval clashes with an
-    earlier-starting one exactly when that max over its bytes reaches its first step."""
-    items = sorted((iv.first, k) for k, iv in enumerate(ivs) if iv.nbytes > 0)
-    if len(items) < 2:
-        return None
-    coords = sorted({offsets[k] for _, k in items} | {offsets[k] + ivs[k].nbytes for _, k in items})
-    pos = {c: i for i, c in enumerate(coords)}
-    size = 1
-    while size < len(coords) - 1:
-        size *= 2
-    n = len(ivs)
-    tag = [-1] * (2 * size)  # value = last * n + k: a max that also names the interval
-    sub = [-1] * (2 * size)  # max of `tag` over the subtree
-    for first, k in items:
-        lo, hi = pos[offsets[k]] + size, pos[offsets[k] + ivs[k].nbytes] + size
-        best, a, b = -1, lo, hi
-        while a < b:
-            if a & 1:
-                best = max(best, sub[a])
-                a += 1
-            if b & 1:
-                b -= 1
-                best = max(best, sub[b])
-            a >>= 1
-            b >>= 1
-        for leaf in (lo, hi - 1):
-            i = leaf >> 1
-            while i:
-                best = max(best, tag[i])
-                i >>= 1
-        if best >= 0 and best // n >= first:
-            return ivs[best % n], ivs[k]
-        v, a, b = ivs[k].last * n + k, lo, hi
-        while a < b:
-            if a & 1:
-                tag[a] = max(tag[a], v)
-                sub[a] = max(sub[a], v)
-                a += 1
-            if b & 1:
-                b -= 1
-                tag[b] = max(tag[b], v)
-                sub[b] = max(sub[b], v)
-            a >>= 1
-            b >>= 1
-        for leaf in (lo, hi - 1):
-            i = leaf >> 1
-            while i:
-                sub[i] = max(sub[i], v)
-                i >>= 1
-    return None
