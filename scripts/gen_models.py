@@ -24,36 +24,20 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import gen_examples  # noqa: E402  (beside this script)
 from aotplan import model_json  # noqa: E402
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze  # noqa: E402
 
 OUT = os.path.join(ROOT, "plans", "bench")
 
 
-class Builder:
-    def __init__(self, name, seed):
-        self.name, self.rng = name, np.random.default_rng(seed)
-        self.inputs, self.nodes, self.consts = [], [], []
-        self.n = 0
-
-    def input(self, name, shape):
-        self.inputs.append(TensorInfo(name, "float32", tuple(shape)))
-        return name
+class Builder(gen_examples.Builder):
+    """gen_examples' builder (inputs, weights, ops), with He-scaled default weights and
+    the layers these networks are made of."""
 
     def weight(self, name, shape, scale=None, value=None):
-        if value is None:
-            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-            scale = scale if scale is not None else np.sqrt(2.0 / max(fan_in, 1))
-            value = self.rng.standard_normal(shape) * scale
-        self.consts.append(Constant(name, "float32", tuple(shape), np.asarray(value, np.float32)))
-        return name
-
-    def op(self, op, name, *inputs, **attrs):
-        self.nodes.append(Node(name, op, tuple(inputs), (name,), freeze(attrs)))
-        return name
-
-    def graph(self, outputs):
-        return Graph(self.name, tuple(self.inputs), tuple(outputs), tuple(self.nodes), tuple(self.consts))
+        if value is None and scale is None:
+            scale = np.sqrt(2.0 / max(int(np.prod(shape[1:])), 1))
+        return super().weight(name, shape, scale, value)
 
     # ---- layers
     def conv(self, name, x, cin, cout, k, stride=1, pad=None, bias=False):
