@@ -498,6 +498,7 @@ def check(plan_path, model, inputs, seed, input_shapes, rtol, atol):
 
 def plan_summary(plan, path):
     m, p = plan.memory, plan.provenance
+    written = {j for l in plan.launches for j in l.writes}
     return {
         "path": path, "launch_mode": plan.launch_mode, "weights": plan.weights, "planner": plan.planner,
         "passes": list(plan.passes),
@@ -514,8 +515,10 @@ def plan_summary(plan, path):
         "outputs": list(plan.output_names),
         "tensors": [{"name": t.name, "kind": t.kind, "dtype": t.dtype, "shape": list(t.shape), "format": t.format,
                      "device_shape": list(t.device_shape), "storage": t.storage, "offset": t.offset,
-                     "nbytes": t.nbytes, "view_of": plan.tensors[t.base].name if t.base >= 0 else None}
-                    for t in plan.tensors],
+                     "nbytes": t.nbytes, "inside": plan.tensors[t.base].name if t.base >= 0 else None,
+                     "shares": ("part" if i in written else "view") if t.base >= 0 else None,
+                     "runs": t.runs, "stride": t.stride}
+                    for i, t in enumerate(plan.tensors)],
         "kernels": [{"name": k.name, "bytes": len(k.exported), "workspace_bytes": k.workspace_bytes,
                      "n_offsets": k.n_offsets, "feeds": k.feeds, "returns": k.returns, "native_bytes": len(k.native),
                      "launches": sum(1 for l in plan.launches if plan.kernels[l.kernel] is k)}
@@ -591,7 +594,7 @@ def inspect(plan_path, as_json):
     click.echo(f"  {'name':28s} {'kind':12s} {'dtype':9s} {'shape':18s} {'storage':7s} {'offset':>10s} {'nbytes':>10s}")
     for t in s["tensors"]:
         click.echo(f"  {t['name'][:28]:28s} {t['kind']:12s} {t['dtype']:9s} {str(t['shape']):18s} {t['storage']:7s} "
-                   f"{t['offset']:>10d} {t['nbytes']:>10d}" + (f"  view of {t['view_of']}" if t["view_of"] else ""))
+                   f"{t['offset']:>10d} {t['nbytes']:>10d}" + _sharing(t))
     n_nodes = sum(len(l["nodes"]) for l in s["launches"])
     click.echo(f"launches ({len(s['launches'])}, running {n_nodes} nodes):")
     for i, l in enumerate(s["launches"]):
@@ -603,6 +606,15 @@ def inspect(plan_path, as_json):
         extra = (f", shared by {k['launches']} launches (runtime offsets)" if k["n_offsets"] else "") + (
             f", native {k['native_bytes']} B" if k["native_bytes"] else "")
         click.echo(f"  {k['name'][:32]:32s} {k['bytes']:>9d} B StableHLO, workspace {k['workspace_bytes']} B{extra}")
+
+
+def _sharing(t):
+    if t["shares"] == "view":
+        return f"  view of {t['inside']}"
+    if t["shares"] == "part":
+        runs = f", {t['runs']} runs {t['stride']} B apart" if t["runs"] > 1 else ""
+        return f"  part of {t['inside']}{runs}"
+    return ""
 
 
 def run():
