@@ -46,7 +46,9 @@ def check_against_onnxruntime(model, sess, n_inputs=3):
     for x in xs:
         want = ort_sess.run(None, {name: x})[0]
         got = next(iter(sess.run({name: x}).values()))
-        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+        # float32 rounding of a sum scales with its terms, not with the (possibly near
+        # zero) result: the absolute tolerance scales with the output's magnitude
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL * max(1.0, float(np.abs(want).max())))
         outs.append(want.reshape(-1))
     return outs
 
