@@ -216,11 +216,11 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     n_after = sum(len(l.nodes) for l in plan.launches) + n_views + n_placed
     n_launch_kernels = len({l.kernel for l in plan.launches})
     click.echo(f"  nodes {res.n_nodes} ({n_after} after clean-up: {', '.join(plan.passes) or 'none'}); "
-               f"launch mode {plan.launch_mode}: {len(plan.launches)} launches"
+               f"launch mode {plan.launch_mode}: {_n(len(plan.launches), 'launch')}"
                + (f" ({n_views} reshape{' is a view' if n_views == 1 else 's are views'}, no launch)" if n_views else "")
                + (f" ({n_placed} concat{'s' if n_placed != 1 else ''} placed: inputs written into it, no launch)"
-                  if n_placed else "") + f", {n_launch_kernels} unique launch "
-               f"kernels ({len(plan.kernels)} kernels in all); weights in {plan.weights}"
+                  if n_placed else "") + f", {_n(n_launch_kernels, 'unique launch kernel')} "
+               f"({_n(len(plan.kernels), 'kernel')} in all); weights in {plan.weights}"
                + (f"; native executables for this host{', signed' if key else ''}" if plan.has_native else "")
                + ("; signed" if key and not plan.has_native else ""))
     click.echo(f"  arena {_fmt_bytes(m.arena_bytes)} ({plan.planner}); lower bound {_fmt_bytes(m.lower_bound_bytes)}, "
@@ -390,7 +390,7 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     m = session.memory
     plan = session.plan
     click.echo(f"plan {plan_path}: loaded in {session.load_seconds * 1e3:.1f} ms ({session.kernel_source} kernels); "
-               f"launch mode {plan.launch_mode}, {len(plan.launches)} launches per step; device memory "
+               f"launch mode {plan.launch_mode}, {_n(len(plan.launches), 'launch')} per step; device memory "
                f"{_fmt_bytes(m.step_device_bytes)} (arena {_fmt_bytes(m.arena_bytes)}, pool "
                f"{_fmt_bytes(m.constant_pool_bytes)}, workspace {_fmt_bytes(m.max_workspace_bytes)})")
     for name, a in outs.items():
@@ -606,6 +606,11 @@ def inspect(plan_path, as_json):
         extra = (f", shared by {k['launches']} launches (runtime offsets)" if k["n_offsets"] else "") + (
             f", native {k['native_bytes']} B" if k["native_bytes"] else "")
         click.echo(f"  {k['name'][:32]:32s} {k['bytes']:>9d} B StableHLO, workspace {k['workspace_bytes']} B{extra}")
+
+
+def _n(count, noun):
+    """'1 launch', '2 launches'."""
+    return f"{count} {noun}{'' if count == 1 else ('es' if noun.endswith('h') else 's')}"
 
 
 def _sharing(t):
