@@ -104,7 +104,7 @@ def test_converted_opsets_match_onnxruntime(name, opset):
 @pytest.mark.parametrize("name", ["squeezenet", "inception_v1"])
 def test_kernel_mode_with_sharing_matches_onnxruntime(name):
     """Kernel mode, where every tensor lives at its offset: in-place reuse, views and
-    concat inputs placed in their concats (these two have 8 and 18 concats), against
+    concat inputs placed in their concats (these two have 8 and 9 concats), against
     the outside oracle."""
     model = onnx_light.load_randomized(name)
     plan, sess = compile_model(model, name, launch="kernel")
