@@ -122,49 +122,46 @@ def plan_graph(graph, options=Options()):
         raise ModelError(f"unknown launch mode {options.launch!r} (choose from {', '.join(LAUNCH_MODES)})")
     if options.schedule not in SCHEDULES:
         raise ModelError(f"unknown schedule {options.schedule!r} (choose from {', '.join(SCHEDULES)})")
-    graph, order, info = prepare(graph, options)
-    kernel_mode = options.launch == "kernel"
-    view_map = views.find(order, graph, info) if options.views and kernel_mode else {}  # fused: inside kernels
     if options.placement not in PLACEMENTS:
         raise ModelError(f"unknown placement {options.placement!r} (choose from {', '.join(PLACEMENTS)})")
-    part_map = views.placements(order, graph, info, view_map) if options.placement != "off" and kernel_mode else {}
-    tries = (part_map, {}) if part_map and options.placement == "auto" else (part_map,)
+    graph, order, info = prepare(graph, options)
+    all_views = views.find(order, graph, info) if options.views else {}
+    all_parts = views.placements(order, graph, info, all_views) if options.placement != "off" else {}
+    # a placed concat's bytes are live from its first input's write, so placement can
+    # raise the peak: "auto" also plans without it and keeps the lower peak (placement
+    # on ties: it also saves the concat's launch and copy)
+    part_choices = (all_parts, {}) if all_parts and options.placement == "auto" else (all_parts,)
 
-    def plan_for(o, parts):
+    def plan_for(o, launch, view_map, parts, inplace=options.inplace):
         elided = set(view_map) | {p.concat for p in parts.values()}
-        o = [n for n in o if n.outputs[0] not in elided]
-        gs = group.run(o, options.launch, info, options.fuse_min_flops)
-        lv = liveness.run(graph, gs, info, options.weights, materialize_all=kernel_mode, inplace=options.inplace,
+        gs = group.run([n for n in o if n.outputs[0] not in elided], launch, info, options.fuse_min_flops)
+        lv = liveness.run(graph, gs, info, options.weights, materialize_all=launch == "kernel", inplace=inplace,
                           views=view_map, parts=parts)
         return gs, lv, _bound(lv)
 
-    # candidates: the schedules (sink: the model's order; XLA orders a sink program
-    # itself), each with and without placement (a placed concat's bytes are live from
-    # its first input's write: placement can raise the peak); the lowest peak wins, the
-    # first such on ties (placement first: it also saves the concat's launch and copy)
+    # views and placement are kernel-mode sharing: in fused and sink plans reshapes and
+    # concats run inside kernels. Candidates: the schedules (sink: the model's order, XLA
+    # orders the one program itself) x the placement choices; the lowest peak wins, the
+    # first such on ties (never worse than the model's order)
+    kernel_mode = options.launch == "kernel"
+    view_map = all_views if kernel_mode else {}
     orders = [("default", order)]
     if options.schedule == "memory" and options.launch != "sink":
         sizes = {t: formats.nbytes(i.shape, i.dtype) for t, i in info.items()}
         orders = schedule.candidates(graph, order, sizes)
     best = None
     for name, cand in orders:
-        for parts in tries:
-            gs, lv, b = plan_for(cand, parts)
+        for parts in (part_choices if kernel_mode else ({},)):
+            gs, lv, b = plan_for(cand, options.launch, view_map, parts)
             if best is None or b < best[2]:
                 best = (gs, lv, b, name, parts)
     groups, live, bound, schedule_name, part_map = best
     labels = tuple(group.label(g, options.launch, i) for i, g in enumerate(groups))
     debug.log(1, f"group[{options.launch}]: {len(order)} nodes ({len(view_map)} views, {len(part_map)} placed "
                  f"concat inputs) -> {len(groups)} launches; schedule {schedule_name}")
-    plain = _bound(liveness.run(graph, [(n,) for n in order], info, options.weights, inplace=False))
-    all_views = views.find(order, graph, info) if options.views else {}
-    all_parts = views.placements(order, graph, info, all_views) if options.placement != "off" else {}
-    shared = None
-    for parts in ((all_parts, {}) if all_parts and options.placement == "auto" else (all_parts,)):  # placement where it lowers the peak, as above
-        elided = set(all_views) | {p.concat for p in parts.values()}
-        b = _bound(liveness.run(graph, [(n,) for n in order if n.outputs[0] not in elided], info, options.weights,
-                                inplace=options.inplace, views=all_views, parts=parts))
-        shared = b if shared is None else min(shared, b)
+    # the model's bounds: every node a launch in the model's order, without and with sharing
+    plain = plan_for(order, "kernel", {}, {}, inplace=False)[2]
+    shared = min(plan_for(order, "kernel", all_views, parts)[2] for parts in part_choices)
     mem = plan_memory.run(live, options.planner)
     if view_map or part_map:  # a view is at its base's offset, a part inside its base
         mem = dataclasses.replace(mem, offsets={**mem.offsets, **{
