@@ -165,9 +165,17 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
 @click.option("--schedule", type=click.Choice(["memory", "default"]), default="memory", show_default=True,
               help="Launch order for fused and kernel plans: memory = the candidate order with the lowest peak of "
                    "live bytes (never worse than the model's order); default = the model's order.")
+@click.option("--format-policy", type=click.Choice(["default", "nhwc", "aligned", "blocked", "auto"]),
+              default="default", show_default=True,
+              help="Storage formats of activations: default = row-major logical shapes (NCHW); nhwc = 4-D "
+                   "activations channels-last; aligned = innermost dimension padded to a vector's width; blocked "
+                   "= nc1hwc0 blocked channels; auto = the policy the target's measured cost table says is "
+                   "fastest for this model. Ops without a lowering for a format run in default, with conversions "
+                   "(transdata) inserted; inputs and outputs stay logical. See docs/formats.md.")
 @_handle_errors
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, fuse_min_flops,
-                no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement, schedule):
+                no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement, schedule,
+                format_policy):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     from aotplan import codec
     from aotplan.fileio import atomic_write
@@ -177,7 +185,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                             disabled=frozenset(disabled), launch=launch, reuse=not no_kernel_reuse,
                             embed_native=embed_executables, inplace=not no_inplace, views=not no_views,
                             placement=placement,
-                            schedule=schedule,
+                            schedule=schedule, format_policy=format_policy,
                             targets={"host": (), "both": ("cpu", "cuda")}.get(target, (target,)),
                             **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}))
     key = codec.read_key(sign_key) if sign_key else None
@@ -227,6 +235,11 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                f"naive {_fmt_bytes(m.naive_bytes)}; model bounds: plain {_fmt_bytes(m.plain_bound_bytes)}, "
                f"with sharing {_fmt_bytes(m.shared_bound_bytes)}")
     click.echo(f"  constant pool {_fmt_bytes(m.constant_pool_bytes)}; max workspace {_fmt_bytes(m.max_workspace_bytes)}")
+    fs = res.formats
+    click.echo(f"  formats: policy {fs.policy}, {_n(fs.formatted, 'tensor')} in another format than default, "
+               f"{_n(fs.conversions, 'conversion')} ({_fmt_bytes(fs.conversion_bytes)} per step), "
+               f"{_n(fs.relayouts, 'node')} with a relayout inside its kernel; the compiled kernels run "
+               f"{_n(fs.transposes, 'transpose')} and {_n(fs.copies, 'copy')} per step")
     click.echo(f"  device memory per step: {_fmt_bytes(m.step_device_bytes)}; compile time {res.seconds:.2f} s")
 
 
@@ -514,7 +527,8 @@ def plan_summary(plan, path):
         "inputs": [plan.tensors[i].name for i in plan.inputs],
         "outputs": list(plan.output_names),
         "tensors": [{"name": t.name, "kind": t.kind, "dtype": t.dtype, "shape": list(t.shape), "format": t.format,
-                     "device_shape": list(t.device_shape), "storage": t.storage, "offset": t.offset,
+                     "device_shape": list(t.device_shape), "padding": list(t.padding), "storage": t.storage,
+                     "offset": t.offset,
                      "nbytes": t.nbytes, "inside": plan.tensors[t.base].name if t.base >= 0 else None,
                      "shares": ("part" if i in written else "view") if t.base >= 0 else None,
                      "runs": t.runs, "stride": t.stride}
@@ -590,11 +604,20 @@ def inspect(plan_path, as_json):
                f"{m['plain_bound_bytes']} B, with sharing {m['shared_bound_bytes']} B")
     if p["native_fingerprint"]:
         click.echo(f"native executables for: {p['native_fingerprint']}")
+    formatted = [t for t in s["tensors"] if t["format"] != "default"]
+    conversions = [l for l in s["launches"] for n in l["nodes"] if n.startswith("transdata:")]
+    if formatted:
+        click.echo(f"formats: {len(formatted)} tensors in {', '.join(sorted({t['format'] for t in formatted}))}; "
+                   f"{_n(len(conversions), 'conversion')} (transdata nodes)")
     click.echo(f"tensors ({len(s['tensors'])}):")
-    click.echo(f"  {'name':28s} {'kind':12s} {'dtype':9s} {'shape':18s} {'storage':7s} {'offset':>10s} {'nbytes':>10s}")
+    click.echo(f"  {'name':28s} {'kind':12s} {'dtype':9s} {'shape':18s} {'storage':7s} {'offset':>10s} {'nbytes':>10s}"
+               + ("  format, device shape, padding" if formatted else ""))
     for t in s["tensors"]:
+        fmt = ""
+        if t["format"] != "default":
+            fmt = f"  {t['format']} {t['device_shape']}" + (f" pad {t['padding']}" if any(t["padding"]) else "")
         click.echo(f"  {t['name'][:28]:28s} {t['kind']:12s} {t['dtype']:9s} {str(t['shape']):18s} {t['storage']:7s} "
-                   f"{t['offset']:>10d} {t['nbytes']:>10d}" + _sharing(t))
+                   f"{t['offset']:>10d} {t['nbytes']:>10d}" + fmt + _sharing(t))
     n_nodes = sum(len(l["nodes"]) for l in s["launches"])
     click.echo(f"launches ({len(s['launches'])}, running {n_nodes} nodes):")
     for i, l in enumerate(s["launches"]):
@@ -610,7 +633,9 @@ def inspect(plan_path, as_json):
 
 def _n(count, noun):
     """'1 launch', '2 launches'."""
-    return f"{count} {noun}{'' if count == 1 else ('es' if noun.endswith('h') else 's')}"
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun[:-1] + 'ies' if noun.endswith('y') else noun + ('es' if noun.endswith('h') else 's')}"
 
 
 def _sharing(t):

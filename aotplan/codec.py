@@ -32,6 +32,10 @@ Version changelog:
     (a launch reads, then writes), so a launch's output may take the bytes of an input
     that dies in it (in-place). Version 2 plans still load (no views; their lifetimes
     were planned more strictly, which the phase check accepts).
+  4 (aotplan 0.4): storage formats. A tensor's `format` may be `nhwc`, `aligned:M` or
+    `nc1hwc0:C0` (aotplan/formats.py), its `device_shape` and `nbytes` follow from it,
+    and tensor rows gain `padding` (per device dimension, the padding elements at its
+    end). Versions 2 and 3 (every tensor `default`, no padding) still load.
 """
 
 import hashlib
@@ -46,9 +50,9 @@ from aotplan.plan import (
 )
 
 MAGIC = b"AOTPLAN\x00"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MIN_SUPPORTED_VERSION = 2
-MAX_SUPPORTED_VERSION = 3
+MAX_SUPPORTED_VERSION = 4
 _PREFIX = struct.Struct("<8sII")
 MAX_HEADER_BYTES = 4096
 # Limits for the payload decoder: a corrupt length field must not allocate gigabytes.
@@ -68,7 +72,7 @@ def _limits(n):
 
 def _tensor(t):
     return [t.name, t.kind, t.dtype, list(t.shape), t.format, list(t.device_shape), t.storage, t.offset, t.nbytes,
-            t.base, t.runs, t.stride]
+            t.base, t.runs, t.stride, list(t.padding)]
 
 
 def _kernel(k):
@@ -181,7 +185,7 @@ def _row(value, n, field):
 
 def _decode_tensor(r, i, version):
     f = f"tensors[{i}]"
-    r = _row(r, 9 if version == 2 else 12, f)
+    r = _row(r, {2: 9, 3: 12}.get(version, 13), f)
     return PlanTensor(
         name=_check(r[0], str, f + ".name"), kind=_check(r[1], str, f + ".kind"),
         dtype=_check(r[2], str, f + ".dtype"), shape=_ints(r[3], f + ".shape"),
@@ -189,7 +193,8 @@ def _decode_tensor(r, i, version):
         storage=_check(r[6], str, f + ".storage"), offset=_check(r[7], int, f + ".offset"),
         nbytes=_check(r[8], int, f + ".nbytes"),
         **({} if version == 2 else dict(base=_check(r[9], int, f + ".base"), runs=_check(r[10], int, f + ".runs"),
-                                        stride=_check(r[11], int, f + ".stride"))))
+                                        stride=_check(r[11], int, f + ".stride"))),
+        **({} if version < 4 else dict(padding=_ints(r[12], f + ".padding"))))
 
 
 def _decode_kernel(r, i):

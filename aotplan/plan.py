@@ -1,4 +1,4 @@
-"""The plan schema, version 3: what the compiler decided and the executor obeys.
+"""The plan schema, version 4: what the compiler decided and the executor obeys.
 
 A plan is plain data. `aotplan.codec` turns it into bytes field by field;
 `aotplan.verify` checks one that came from outside before anything runs.
@@ -47,6 +47,12 @@ class PlanTensor:
     # `offset`)
     runs: int = 1
     stride: int = 0
+    padding: tuple = None  # per device dimension, padding elements at its end
+    # (aotplan.formats.padding); None (plans before format 4): derived, all default
+
+    def __post_init__(self):
+        if self.padding is None:
+            object.__setattr__(self, "padding", (0,) * len(self.device_shape))
 
     def segments(self):
         """[(byte offset, bytes)] of the tensor's runs in the arena."""

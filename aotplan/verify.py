@@ -64,14 +64,18 @@ def verify(plan):
             _fail(f"{w}: unknown kind {t.kind!r}")
         if t.dtype not in dtypes.DTYPES:
             _fail(f"{w}: unknown dtype {t.dtype!r}")
-        if t.format not in formats.FORMATS:
+        if not formats.is_known(t.format):
             _fail(f"{w}: unknown format {t.format!r}")
+        if not formats.accepts(t.format, len(t.shape)):
+            _fail(f"{w}: format {t.format} does not hold rank-{len(t.shape)} tensors")
         if len(t.shape) > MAX_RANK:
             _fail(f"{w}: rank {len(t.shape)} is more than {MAX_RANK}")
         if any(d < 0 or d > 2**31 - 1 for d in t.shape):
             _fail(f"{w}: bad shape {t.shape}")
         if t.device_shape != formats.device_shape(t.shape, t.format):
             _fail(f"{w}: device shape {t.device_shape} does not follow from shape {t.shape} in format {t.format}")
+        if t.padding != formats.padding(t.shape, t.format):
+            _fail(f"{w}: padding {list(t.padding)} does not follow from shape {t.shape} in format {t.format}")
         want = formats.nbytes(t.shape, t.dtype, t.format)
         if t.nbytes != want:
             _fail(f"{w}: nbytes {t.nbytes} != {want} for {t.dtype}{list(t.shape)}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from aotplan import formats
 from aotplan.errors import AotplanError
 
 # per storage kind: (rtol, atol); integers and bools must match exactly
@@ -51,6 +52,13 @@ def tolerance(dtype, rtol=None, atol=None):
     return (r if rtol is None else rtol), (a if atol is None else atol)
 
 
+def logical_name(name):
+    """A tensor the layout pass copied into another format ("x@nhwc", "x@logical") ->
+    the graph tensor it holds ("x")."""
+    base, sep, fmt = name.rpartition("@")
+    return base if sep and (fmt == "logical" or formats.is_known(fmt)) else name
+
+
 def check(session, graph, feeds, options, rtol=None, atol=None):
     """Replay `session` (a kernel-mode plan) launch by launch -> (diffs, n_compared):
     every written tensor beyond tolerance, in launch order."""
@@ -65,11 +73,12 @@ def check(session, graph, feeds, options, rtol=None, atol=None):
 
     def on_tensor(s, launch, i, v):
         t = T[i]
-        if t.name not in ref:
+        name = logical_name(t.name)
+        if name not in ref:
             return
         n[0] += 1
         r, a = tolerance(t.dtype, rtol, atol)
-        ok, mabs, mrel, where, got, want = compare(v, ref[t.name], r, a)
+        ok, mabs, mrel, where, got, want = compare(v, ref[name], r, a)
         if not ok:
             diffs.append(Diff(s, launch.node, t.name, mabs, mrel, where, got, want))
 

@@ -13,8 +13,8 @@ from aotplan import debug, verify
 from aotplan.plan import WEIGHT_PLACEMENTS
 from aotplan.errors import ModelError
 from compiler.passes import (
-    bn_fold, cse, dce, emit, fold, group, identity, infer, liveness, lower, plan_memory, schedule, validate, views,
-    weight_layout,
+    bn_fold, cse, dce, emit, fold, group, identity, infer, layout, liveness, lower, plan_memory, schedule, validate,
+    views, weight_layout,
 )
 from aotplan import formats, intervals
 
@@ -30,6 +30,7 @@ LAUNCH_MODES = group.MODES
 TARGETS = ("cpu", "cuda")
 SCHEDULES = ("memory", "default")
 PLACEMENTS = ("auto", "always", "off")
+FORMAT_POLICIES = layout.POLICIES
 
 
 def _bound(live):
@@ -52,6 +53,7 @@ class Options:
     placement: str = "auto"  # kernel mode: concat inputs written into their slices of the concat:
     # "auto" where that does not raise the peak, "always", or "off"
     schedule: str = "memory"  # "memory": the order with the lowest peak; "default": model order
+    format_policy: str = "default"  # storage formats of activations (passes/layout.py)
 
     def runs(self, name):
         if name == "weight_layout" and self.platforms() != ("cpu",):
@@ -69,10 +71,27 @@ class Options:
 
 
 @dataclass(frozen=True)
+class FormatStats:
+    """What the layout cost: `conversions` transdata nodes converting `conversion_bytes`
+    (their outputs' device bytes) per step; `relayouts` nodes that relayout inside
+    their kernel; per step, the transposes and copies in the compiled kernels' HLO
+    (each launch's kernel counted once per launch)."""
+
+    policy: str
+    formatted: int  # tensors (of the cleaned-up graph) held in a format other than default
+    conversions: int
+    conversion_bytes: int
+    relayouts: int
+    transposes: int
+    copies: int
+
+
+@dataclass(frozen=True)
 class Result:
     plan: object
     seconds: float
     n_nodes: int
+    formats: FormatStats = None
 
 
 def prepare(graph, options=Options()):
@@ -112,6 +131,7 @@ class Planned:
     shared_bound: int  # ... with the sharing the options allow (in-place, views, placement)
     n_views: int
     n_parts: int  # concat inputs placed in their concat
+    layout: object = None  # passes.layout.Layout: formats, conversions, the policy applied
 
 
 def plan_graph(graph, options=Options()):
@@ -125,6 +145,10 @@ def plan_graph(graph, options=Options()):
     if options.placement not in PLACEMENTS:
         raise ModelError(f"unknown placement {options.placement!r} (choose from {', '.join(PLACEMENTS)})")
     graph, order, info = prepare(graph, options)
+    lay = layout.run(graph, order, info, options.format_policy, options.platforms()[0])
+    graph, order, info, fmts = lay.graph, list(lay.order), lay.info, lay.formats
+    debug.log(1, f"layout[{lay.policy}]: {lay.conversions} conversions, "
+                 f"{sum(1 for n in order if n.attr('format', 'default') != 'default')} nodes in another format")
     all_views = views.find(order, graph, info) if options.views else {}
     all_parts = views.placements(order, graph, info, all_views) if options.placement != "off" else {}
     # a placed concat's bytes are live from its first input's write, so placement can
@@ -136,7 +160,7 @@ def plan_graph(graph, options=Options()):
         elided = set(view_map) | {p.concat for p in parts.values()}
         gs = group.run([n for n in o if n.outputs[0] not in elided], launch, info, options.fuse_min_flops)
         lv = liveness.run(graph, gs, info, options.weights, materialize_all=launch == "kernel", inplace=inplace,
-                          views=view_map, parts=parts)
+                          views=view_map, parts=parts, fmts=fmts)
         return gs, lv, _bound(lv)
 
     # views and placement are kernel-mode sharing: in fused and sink plans reshapes and
@@ -147,7 +171,7 @@ def plan_graph(graph, options=Options()):
     view_map = all_views if kernel_mode else {}
     orders = [("default", order)]
     if options.schedule == "memory" and options.launch != "sink":
-        sizes = {t: formats.nbytes(i.shape, i.dtype) for t, i in info.items()}
+        sizes = {t: formats.nbytes(i.shape, i.dtype, fmts[t]) for t, i in info.items()}
         orders = schedule.candidates(graph, order, sizes)
     best = None
     for name, cand in orders:
@@ -174,7 +198,7 @@ def plan_graph(graph, options=Options()):
             debug.log(2, f"  {t.name:30s} {t.kind:12s} phases {iv.first:4d}..{iv.last:<4d} "
                          f"bytes {mem.offsets[iv.tensor]:>10d}+{t.nbytes}")
     return Planned(graph, info, tuple(groups), labels, live, mem, schedule_name, plain, shared, len(view_map),
-                   len(part_map))
+                   len(part_map), lay)
 
 
 def compile_graph(graph, digest, options=Options(), progress=None, on_start=None):
@@ -194,10 +218,23 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     if unknown:
         raise ModelError(f"unknown target {unknown[0]!r} (choose from {', '.join(TARGETS)})")
     lowered = lower.run(groups, labels, live, mem, graph.outputs, options.launch, options.reuse, native_for, progress,
-                        options.targets)
+                        options.targets, p.info, p.layout.formats)
     debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches")
     passes = tuple(p for p in CLEANUP_PASSES if options.runs(p))
     plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes, options.launch,
                     (p.plain_bound, p.shared_bound))
     verify.verify(plan)
-    return Result(plan, time.perf_counter() - t0, n_nodes)
+    return Result(plan, time.perf_counter() - t0, n_nodes, format_stats(p, lowered))
+
+
+def format_stats(p, lowered):
+    from compiler import formats as cformats
+
+    lay, nodes = p.layout, [n for g in p.groups for n in g]
+    conv = [n for n in nodes if n.op == "transdata"]
+    moves = [lowered.kernels[k].relayouts for k, _, _ in lowered.launches]
+    return FormatStats(lay.policy, sum(1 for f in lay.formats.values() if f != "default"), len(conv),
+                       sum(formats.nbytes(p.info[n.outputs[0]].shape, p.info[n.outputs[0]].dtype, n.attr("dst"))
+                           for n in conv),
+                       sum(cformats.hidden_conversions(n) for n in nodes), sum(m[0] for m in moves),
+                       sum(m[1] for m in moves))

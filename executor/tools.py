@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from aotplan import dtypes
+from aotplan import dtypes, formats
 
 
 # ------------------------------------------------------------------ allocation check
@@ -223,15 +223,20 @@ def profile(session, feeds, steps=20):
 
 # ------------------------------------------------------------------ dumps
 
-def tensor_from_arena(arena_bytes, t):
-    """The logical value of plan tensor `t` from a host copy of the arena's bytes."""
-    storage = dtypes.storage_dtype(t.dtype)
-    dt = dtypes.np_dtype(storage)
-    n = int(np.prod(t.shape, dtype=np.int64))
+def device_from_arena(arena_bytes, t):
+    """Plan tensor `t`'s device array (its format's layout, padding included) from a
+    host copy of the arena's bytes."""
+    dt = dtypes.np_dtype(dtypes.storage_dtype(t.dtype))
+    n = int(np.prod(t.device_shape, dtype=np.int64))
     raw = b"".join(arena_bytes[o:o + r] for o, r in t.segments()) if t.runs > 1 else \
         arena_bytes[t.offset:t.offset + n * dt.itemsize]
-    a = np.frombuffer(raw, dtype=np.uint8, count=n * dt.itemsize).view(dt).reshape(t.shape)
-    return dtypes.from_storage(a.copy(), t.dtype)
+    return np.frombuffer(raw, dtype=np.uint8, count=n * dt.itemsize).view(dt).reshape(t.device_shape).copy()
+
+
+def tensor_from_arena(arena_bytes, t):
+    """The logical value of plan tensor `t` from a host copy of the arena's bytes."""
+    return dtypes.from_storage(np.ascontiguousarray(formats.from_device(device_from_arena(arena_bytes, t), t.shape,
+                                                                        t.format)), t.dtype)
 
 
 def replay_tensors(session, feeds, on_tensor):

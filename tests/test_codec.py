@@ -50,9 +50,9 @@ def test_foreign_files():
 
 def test_newer_and_older_versions(data):
     payload = codec.read_header(data)[1]
-    with pytest.raises(PlanError, match=r"plan format 4 is newer than this executor \(supports 2-3\)"):
-        codec.decode(reheader(payload, version=4))
-    with pytest.raises(PlanError, match=r"plan format 1 is older than this executor supports \(2-3\); recompile"):
+    with pytest.raises(PlanError, match=r"plan format 5 is newer than this executor \(supports 2-4\)"):
+        codec.decode(reheader(payload, version=5))
+    with pytest.raises(PlanError, match=r"plan format 1 is older than this executor supports \(2-4\); recompile"):
         codec.decode(reheader(payload, version=1))
     with pytest.raises(PlanError, match="plan format 0 is older"):
         codec.decode(reheader(payload, version=0))

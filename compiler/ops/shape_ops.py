@@ -86,3 +86,19 @@ def _concat_infer(node, ins):
 
 register("concat", (1, 1 << 16), ('axis',))((_concat_infer, lambda node, *xs: (
     jnp.concatenate(xs, axis=node.attr("axis", 0)),)))
+
+
+def _transdata_infer(node, ins):
+    from aotplan import formats
+
+    for key in ("src", "dst"):
+        f = node.attr(key, "default")
+        if not formats.is_known(f) or not formats.accepts(f, len(ins[0].shape)):
+            fail(node, f"attribute {key!r}: {f!r} is not a format that holds {fmt(ins[0])}")
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+# transdata: a storage-format conversion the layout pass inserts (passes/layout.py). On
+# logical arrays (the reference, constant folding) it is the identity; kernels convert
+# device arrays (compiler/formats.py)
+register("transdata", (1, 1), ("src", "dst"))((_transdata_infer, lambda node, x: (x,)))

@@ -14,8 +14,8 @@ def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, la
     kernels = lowered.kernels
     recs, idx = liveness.tensors, liveness.index()
     tensors = tuple(
-        PlanTensor(t.name, t.kind, t.dtype, t.shape, "default", formats.device_shape(t.shape), t.storage,
-                   _offset(mem, recs, i), t.nbytes, t.base, t.runs, t.stride)
+        PlanTensor(t.name, t.kind, t.dtype, t.shape, t.format, formats.device_shape(t.shape, t.format), t.storage,
+                   _offset(mem, recs, i), t.nbytes, t.base, t.runs, t.stride, formats.padding(t.shape, t.format))
         for i, t in enumerate(recs))
     cmap = graph.constant_map()
     constants = tuple(

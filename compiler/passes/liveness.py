@@ -30,6 +30,7 @@ class TensorRecord:
     runs: int = 1  # a part: runs of nbytes/runs bytes, `stride` bytes apart, the first
     stride: int = 0  # `delta` bytes after its base's offset
     delta: int = 0
+    format: str = "default"  # storage format (aotplan/formats.py); nbytes follow from it
 
 
 @dataclass(frozen=True)
@@ -43,13 +44,19 @@ class Liveness:
 
 
 def run(graph, groups, info, weights, materialize_all=True, alignment=formats.ALIGNMENT, inplace=True,
-        views=None, feeds_first=None, parts=None):
+        views=None, feeds_first=None, parts=None, fmts=None):
     """`groups`: the launches, each a tuple of nodes (passes/group.py); `views`: {view
     tensor name: base tensor name} for view nodes, which are in no group; `parts`:
     {tensor name: views.Part} for concat inputs placed in their concat, whose concat
     node is in no group; `feeds_first`: the first launch writes the inputs (default:
-    not materialize_all)."""
-    views, parts = views or {}, parts or {}
+    not materialize_all); `fmts`: tensor name -> storage format (passes/layout.py;
+    default: every tensor `default`)."""
+    views, parts, fmts = views or {}, parts or {}, fmts or {}
+
+    def rec(name, kind, t, storage, base=-1):
+        f = fmts.get(name, "default")
+        return TensorRecord(name, kind, t.dtype, t.shape, formats.nbytes(t.shape, t.dtype, f), storage, base,
+                            format=f)
     order = [n for g in groups for n in g]
     outputs = set(graph.outputs)
     read = {i for n in order for i in n.inputs}
@@ -59,10 +66,8 @@ def run(graph, groups, info, weights, materialize_all=True, alignment=formats.AL
         for n in g:
             crossing.update(i for i in n.inputs if made_in.get(i, gi) != gi)
             made_in.update((o, gi) for o in n.outputs)
-    recs = [TensorRecord(t.name, "input", t.dtype, t.shape, formats.nbytes(t.shape, t.dtype), "arena")
-            for t in graph.inputs]
-    recs += [TensorRecord(c.name, "constant", c.dtype, c.shape, formats.nbytes(c.shape, c.dtype),
-                          "pool" if weights == "pool" else "arena")
+    recs = [rec(t.name, "input", t, "arena") for t in graph.inputs]
+    recs += [rec(c.name, "constant", c, "pool" if weights == "pool" else "arena")
              for c in graph.constants if c.name in read]
     by_output = {o: n for n in graph.nodes for o in n.outputs}
     view_nodes = [by_output[v] for v in views]
@@ -76,8 +81,7 @@ def run(graph, groups, info, weights, materialize_all=True, alignment=formats.AL
                 continue
             if materialize_all or o in crossing:
                 t = info[o]
-                recs.append(TensorRecord(o, "output" if o in outputs else "intermediate", t.dtype, t.shape,
-                                         formats.nbytes(t.shape, t.dtype), "arena"))
+                recs.append(rec(o, "output" if o in outputs else "intermediate", t, "arena"))
     idx = {t.name: i for i, t in enumerate(recs)}
     for x, p in parts.items():
         recs[idx[x]] = dataclasses.replace(recs[idx[x]], base=idx[p.concat], runs=p.runs, stride=p.stride,
@@ -88,8 +92,7 @@ def run(graph, groups, info, weights, materialize_all=True, alignment=formats.AL
         if recs[b].base >= 0:
             b = recs[b].base
         t = info[o]
-        recs.append(TensorRecord(o, "output" if o in outputs else "intermediate", t.dtype, t.shape,
-                                 formats.nbytes(t.shape, t.dtype), "arena", b))
+        recs.append(rec(o, "output" if o in outputs else "intermediate", t, "arena", b))
         idx[o] = len(recs) - 1
     steps = []
     for g in groups:

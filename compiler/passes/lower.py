@@ -20,6 +20,7 @@ that, the input kernel `(arena, *inputs) -> arena` and the output kernel
 at load when weights live in the arena.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import jax
@@ -28,7 +29,8 @@ from jax._src import config as jax_config
 
 from aotplan import dtypes, formats, native
 from aotplan.errors import ModelError
-from compiler import arena_io, ops
+from compiler import arena_io
+from compiler import formats as cformats
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class LoweredKernel:
     returns: bool
     native: bytes
     alias_bytes: int
+    relayouts: tuple = (0, 0)  # (transposes, copies) in the compiled HLO on the build host
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,12 @@ class Lowered:
 
 
 def _spec(t):
-    return jax.ShapeDtypeStruct(t.shape, arena_io.jnp_dtype(dtypes.storage_dtype(t.dtype)))
+    return jax.ShapeDtypeStruct(_dev(t), arena_io.jnp_dtype(dtypes.storage_dtype(t.dtype)))
+
+
+def _dev(t):
+    """A record's device shape (its format's; aotplan/formats.py)."""
+    return formats.device_shape(t.shape, t.format)
 
 
 def _word(offset):
@@ -91,7 +99,7 @@ class _Exporter:
         self.platforms.update(exp.platforms)
         native_ok = self.native_for is not None and host in self.targets
         blob = native.serialize(compiled, self.native_for) if native_ok else b""
-        return bytes(exp.serialize()), temp, alias, blob
+        return bytes(exp.serialize()), temp, alias, blob, cformats.count_relayouts(compiled.as_text() or "")
 
 
 def _group_key(group, reads, writes, recs):
@@ -101,15 +109,17 @@ def _group_key(group, reads, writes, recs):
     for k, n in enumerate(group):
         nodes.append((n.op, repr(n.attrs), tuple(ref[i] for i in n.inputs)))
         ref.update((o, ("n", k, m)) for m, o in enumerate(n.outputs))
-    return (tuple((recs[t].dtype, recs[t].shape, recs[t].storage, recs[t].runs, recs[t].stride) for t in reads),
-            tuple(nodes), tuple((ref[recs[t].name], recs[t].dtype, recs[t].shape, recs[t].runs, recs[t].stride)
-                                for t in writes))
+    return (tuple((recs[t].dtype, recs[t].shape, recs[t].format, recs[t].storage, recs[t].runs, recs[t].stride)
+                  for t in reads),
+            tuple(nodes), tuple((ref[recs[t].name], recs[t].dtype, recs[t].shape, recs[t].format, recs[t].runs,
+                                 recs[t].stride) for t in writes))
 
 
-def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns):
+def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, info, fmts):
     """The kernel function: (arena, *pool, [offsets], [*feeds]) -> arena [, *returns].
     `feeds`: the plan's inputs, taken as arguments (and written to their offsets);
-    `returns`: the plan's outputs, returned (from this group, or read from the arena)."""
+    `returns`: the plan's outputs, returned (from this group, or read from the arena).
+    Values are device arrays in their tensors' formats (`fmts`; `info`: logical shapes)."""
     pool_reads = [t for t in reads if recs[t].storage == "pool"]
     arena_reads = [t for t in reads if recs[t].storage == "arena" and t not in feeds]
     n_pool = len(pool_reads)
@@ -124,21 +134,23 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns):
         env = {recs[t].name: v for t, v in zip(pool_reads, pool_vals)}
         for t in arena_reads:
             r = recs[t]
-            env[r.name] = arena_io.read_runs(arena, word[t], r.dtype, r.shape, r.runs, _word(r.stride))
+            env[r.name] = arena_io.read_runs(arena, word[t], r.dtype, _dev(r), r.runs, _word(r.stride))
         for t, v in zip(feeds, rest):  # the inputs come as arguments; keep them in the arena too
             arena = arena_io.write(arena, _word(offsets[t]), recs[t].dtype, v)
             env[recs[t].name] = v
         for node in group:
-            results = ops.get(node.op).lower(node, *[env[i] for i in node.inputs])
+            results = cformats.lower_node(node, [env[i] for i in node.inputs], [info[i] for i in node.inputs],
+                                          [fmts.get(i, "default") for i in node.inputs],
+                                          [info[o] for o in node.outputs])
             for name, v in zip(node.outputs, results):
                 env[name] = v
         for t in writes:
             r = recs[t]
             v = env[r.name]
             want = arena_io.jnp_dtype(dtypes.storage_dtype(r.dtype))
-            if v.shape != r.shape or v.dtype != want:
+            if v.shape != _dev(r) or v.dtype != want:
                 raise ModelError(f"tensor {r.name!r}: lowering produced {v.dtype}{list(v.shape)}, the shape rule "
-                                 f"said {r.dtype}{list(r.shape)} (an op library bug)")
+                                 f"said {r.dtype}{list(_dev(r))} in format {r.format} (an op library bug)")
             arena = arena_io.write_runs(arena, word[t], r.dtype, v, r.runs, _word(r.stride))
         if returns is None:
             return arena
@@ -155,9 +167,11 @@ def _kernel_name(k, group):
 
 
 def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None,
-        targets=None):
+        targets=None, info=None, fmts=None):
     """-> Lowered. `groups`/`labels`: the launches (passes/group.py); `targets`: the
-    platforms to export for (default: this host's)."""
+    platforms to export for (default: this host's); `info`: tensor name -> logical
+    TensorInfo; `fmts`: tensor name -> storage format (passes/layout.py)."""
+    fmts = fmts or {}
     recs, idx, offsets = liveness.tensors, liveness.index(), mem.offsets
     arena_spec = jax.ShapeDtypeStruct((mem.arena_bytes // formats.WORD_BYTES,), jnp.uint32)
     export = _Exporter(native_for, targets)
@@ -167,8 +181,8 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     sink = mode == "sink"
 
     def add(name, fn, specs, n_offsets=0, feeds=False, returns=False, donate=True):
-        blob, temp, alias, nat = export(name, fn, specs, donate)
-        kernels.append(LoweredKernel(name, blob, temp, n_offsets, feeds, returns, nat, alias))
+        blob, temp, alias, nat, moves = export(name, fn, specs, donate)
+        kernels.append(LoweredKernel(name, blob, temp, n_offsets, feeds, returns, nat, alias, moves))
         return len(kernels) - 1
 
     # sink and fused plans: the first launch takes the inputs and the last returns the
@@ -191,7 +205,7 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
             dynamic = reuse and not sink and uses[key] > 1 and not (takes_feeds or gives_outputs)
             feeds = tuple(inputs) if takes_feeds else ()
             fn, pool_reads = _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds,
-                                           tuple(outputs) if gives_outputs else None)
+                                           tuple(outputs) if gives_outputs else None, info, fmts)
             n_off = sum(1 for t in reads if recs[t].storage == "arena") + len(writes) if dynamic else 0
             specs = [arena_spec] + [_spec(recs[t]) for t in pool_reads]
             if dynamic:
@@ -227,6 +241,5 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
         place_k = add("place_constants", place_constants, [arena_spec] + [_spec(recs[t]) for t in arena_consts])
     fp = native.fingerprint(native_for) if native_for is not None and any(k.native for k in kernels) else ""
     if not fp:
-        kernels = [LoweredKernel(k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, k.returns, b"",
-                                 k.alias_bytes) for k in kernels]
+        kernels = [dataclasses.replace(k, native=b"") for k in kernels]
     return Lowered(tuple(kernels), tuple(launches), in_k, out_k, place_k, tuple(sorted(export.platforms)), fp)

@@ -60,7 +60,7 @@ def placements(order, graph, info, views):
     viewed = set(views.values())
     out = {}
     for n in order:
-        if n.op != "concat" or n.outputs[0] in outputs or n.outputs[0] in views or n.outputs[0] in out:
+        if n.op != "concat" or n.attr("format", "default") != "default" or n.outputs[0] in outputs or n.outputs[0] in views or n.outputs[0] in out:
             continue
         y = info[n.outputs[0]]
         rank = len(y.shape)

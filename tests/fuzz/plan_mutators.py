@@ -43,10 +43,11 @@ SIGN_KEY = b"fuzz-signing-key-0123456789abcdef"
 FAMILIES = ("bytes", "struct", "targeted")
 
 # tensor / kernel / launch rows as codec encodes them
-T_NAME, T_KIND, T_DTYPE, T_SHAPE, T_FORMAT, T_DSHAPE, T_STORAGE, T_OFFSET, T_NBYTES, T_BASE, T_RUNS, T_STRIDE = range(12)
+(T_NAME, T_KIND, T_DTYPE, T_SHAPE, T_FORMAT, T_DSHAPE, T_STORAGE, T_OFFSET, T_NBYTES, T_BASE, T_RUNS, T_STRIDE,
+ T_PADDING) = range(13)
 K_NAME, K_EXPORTED, K_WS, K_NOFF, K_FEEDS, K_RETURNS, K_NATIVE = range(7)
 L_KERNEL, L_NODE, L_READS, L_WRITES, L_NODES = range(5)
-ROWS = {"tensors": 12, "kernels": 7, "launches": 5, "constants": 2}
+ROWS = {"tensors": 13, "kernels": 7, "launches": 5, "constants": 2}
 FIXED = ("memory", "provenance")  # fixed-length lists
 
 
@@ -680,8 +681,24 @@ def _t_shape(rng, m, plan):
 def _t_enum(rng, m, plan):
     i = rng.randrange(len(plan.tensors))
     field, what = rng.choice([(T_KIND, "kind"), (T_DTYPE, "dtype"), (T_FORMAT, "format"), (T_STORAGE, "storage")])
-    m["tensors"][i][field] = rng.choice(["", "float8", "nhwc", "INPUT", "heap", "intermediat"])
+    m["tensors"][i][field] = rng.choice(["", "float8", "nchw", "INPUT", "heap", "intermediat", "aligned:0"])
     return True, _name(plan, i) + rf": unknown {what}"
+
+
+def _t_format(rng, m, plan):
+    """Another real format (or padding) than the one the device shape was made for."""
+    i = rng.randrange(len(plan.tensors))
+    row = m["tensors"][i]
+    if rng.random() < 0.3:
+        row[T_PADDING] = row[T_PADDING][:-1] + [row[T_PADDING][-1] + 1] if row[T_PADDING] else [1]
+        return True, _name(plan, i) + r".*padding"
+    new = rng.choice([f for f in ("default", "nhwc", "aligned:16", "nc1hwc0:16", "aligned:3") if f != row[T_FORMAT]])
+    if formats.accepts(new, len(row[T_SHAPE])) and \
+            tuple(formats.device_shape(row[T_SHAPE], new)) == tuple(row[T_DSHAPE]) and \
+            tuple(formats.padding(row[T_SHAPE], new)) == tuple(row[T_PADDING]):
+        return None  # the same bytes either way (e.g. nhwc of an (N, C, 1, 1) tensor)
+    row[T_FORMAT] = new
+    return True, _name(plan, i) + r".*(does not hold|device shape|padding)"
 
 
 def _t_launches(rng, m, plan):
@@ -777,7 +794,7 @@ TARGETED = {
     "arena_huge": _t_arena_huge, "offset": _t_offset, "overlap": _t_overlap, "dup_name": _t_dup_name,
     "missing_ref": _t_missing_ref, "read_before_write": _t_read_before_write,
     "output_unwritten": _t_output_unwritten, "write_readonly": _t_write_readonly, "rewrite": _t_rewrite,
-    "constant_data": _t_constant_data, "shape": _t_shape, "enum": _t_enum, "launches": _t_launches,
+    "constant_data": _t_constant_data, "shape": _t_shape, "enum": _t_enum, "format": _t_format, "launches": _t_launches,
     "kernel_flags": _t_kernel_flags, "memory": _t_memory, "special_kernels": _t_special_kernels,
 }
 

@@ -143,7 +143,7 @@ def test_unknown_and_missing_fields_refused():
     _refused(m, r"plan field plan\.place_kernel is missing")
     m = _payload()
     m["tensors"][2] = m["tensors"][2][:8]
-    _refused(m, r"plan field tensors\[2\]: expected 12 entries, got 8")
+    _refused(m, r"plan field tensors\[2\]: expected 13 entries, got 8")
     m = _payload()
     m["launches"][4][pm.L_READS][0] = "17"
     _refused(m, r"plan field launches\[4\]\.reads\[0\]: expected int, got str")
