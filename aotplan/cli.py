@@ -236,7 +236,11 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                f"with sharing {_fmt_bytes(m.shared_bound_bytes)}")
     click.echo(f"  constant pool {_fmt_bytes(m.constant_pool_bytes)}; max workspace {_fmt_bytes(m.max_workspace_bytes)}")
     fs = res.formats
-    click.echo(f"  formats: policy {fs.policy}, {_n(fs.formatted, 'tensor')} in another format than default, "
+    chosen = fs.policy if format_policy != "auto" else f"auto -> {fs.policy}" + (
+        " (predicted: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in fs.estimates if k != "sink") + ")"
+        if any(k != "sink" for k, _ in fs.estimates) else " (sink plans keep default: XLA lays out the step)"
+        if fs.estimates else " (no calibration table for this target)")
+    click.echo(f"  formats: policy {chosen}, {_n(fs.formatted, 'tensor')} in another format than default, "
                f"{_n(fs.conversions, 'conversion')} ({_fmt_bytes(fs.conversion_bytes)} per step), "
                f"{_n(fs.relayouts, 'node')} with a relayout inside its kernel; the compiled kernels run "
                f"{_n(fs.transposes, 'transpose')} and {_n(fs.copies, 'copy')} per step")

@@ -84,6 +84,7 @@ class FormatStats:
     relayouts: int
     transposes: int
     copies: int
+    estimates: tuple = ()  # auto: ((policy, predicted seconds of its format-dependent nodes), ...)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def plan_graph(graph, options=Options()):
     if options.placement not in PLACEMENTS:
         raise ModelError(f"unknown placement {options.placement!r} (choose from {', '.join(PLACEMENTS)})")
     graph, order, info = prepare(graph, options)
-    lay = layout.run(graph, order, info, options.format_policy, options.platforms()[0])
+    lay = layout.run(graph, order, info, options.format_policy, options.platforms()[0], launch=options.launch)
     graph, order, info, fmts = lay.graph, list(lay.order), lay.info, lay.formats
     debug.log(1, f"layout[{lay.policy}]: {lay.conversions} conversions, "
                  f"{sum(1 for n in order if n.attr('format', 'default') != 'default')} nodes in another format")
@@ -237,4 +238,4 @@ def format_stats(p, lowered):
                        sum(formats.nbytes(p.info[n.outputs[0]].shape, p.info[n.outputs[0]].dtype, n.attr("dst"))
                            for n in conv),
                        sum(cformats.hidden_conversions(n) for n in nodes), sum(m[0] for m in moves),
-                       sum(m[1] for m in moves))
+                       sum(m[1] for m in moves), lay.estimates)

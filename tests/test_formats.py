@@ -330,3 +330,57 @@ def test_hidden_relayouts_counted():
     if __import__("jax").devices()[0].platform == "cpu":
         assert default.transposes >= 3  # one per conv at least
         assert nhwc.transposes <= nhwc.conversions + 1
+
+
+# ---------------------------------------------------------------- auto
+
+def _table(conv_nhwc=1.0):
+    """A synthetic calibration table: every row the same line, except nhwc convs,
+    `conv_nhwc` times the default conv's cost."""
+    from compiler.passes import format_cost
+
+    base = [1e-5, 1e-11, 1e-10]
+    rows = {f"{c}:{f}": list(base) for c in format_cost.CLASSES for f in ("default", "nhwc", "nc1hwc0", "aligned")}
+    rows["conv:nhwc"] = [x * conv_nhwc for x in base]
+    for a in ("default", "nhwc", "nc1hwc0", "aligned"):
+        for b in ("default", "nhwc", "nc1hwc0", "aligned"):
+            rows[f"transdata:{a}>{b}"] = [1e-6, 0.0, 1e-11]
+    return {"rows": rows}
+
+
+@pytest.mark.parametrize("conv_nhwc, want", [(0.1, "nhwc"), (1.0, "default"), (3.0, "default")])
+def test_auto_follows_the_cost_table(monkeypatch, conv_nhwc, want):
+    from compiler import pipeline
+    from compiler.passes import format_cost
+
+    monkeypatch.setattr(format_cost, "load", lambda platform: _table(conv_nhwc))
+    p = pipeline.plan_graph(_odd_cnn(), pipeline.Options(launch="kernel", format_policy="auto"))
+    assert p.layout.policy == want
+    est = dict(p.layout.estimates)
+    assert set(est) == set(format_cost.CANDIDATES)
+    if want == "default":  # never leaves default without a predicted gain past the margin
+        assert min(est.values()) >= est["default"] * (1 - format_cost.MARGIN)
+
+
+def test_auto_without_a_table_or_in_sink_mode_is_default(monkeypatch):
+    from compiler import pipeline
+    from compiler.passes import format_cost
+
+    monkeypatch.setattr(format_cost, "load", lambda platform: None)
+    assert pipeline.plan_graph(_odd_cnn(), pipeline.Options(launch="fused", format_policy="auto")).layout.policy \
+        == "default"
+    monkeypatch.setattr(format_cost, "load", lambda platform: _table(0.01))
+    assert pipeline.plan_graph(_odd_cnn(), pipeline.Options(launch="sink", format_policy="auto")).layout.policy \
+        == "default"
+
+
+def test_shipped_calibration_table_is_well_formed():
+    from compiler.passes import format_cost
+
+    table = format_cost.load("cpu")
+    assert table is not None, "compiler/calibration/cpu.json is missing: run scripts/calibrate_formats.py"
+    for k, row in table["rows"].items():
+        assert k.split(":")[0] in set(format_cost.CLASSES) | {"transdata"}
+        assert len(row) == 3 and all(isinstance(c, float) and c >= 0 for c in row), (k, row)
+    for fam in ("default", "nhwc", "nc1hwc0"):
+        assert f"conv:{fam}" in table["rows"]

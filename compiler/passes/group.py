@@ -29,7 +29,8 @@ def flops(node, info):
     out = sum(math.prod(info[o].shape) for o in node.outputs)
     ins = [info[i].shape for i in node.inputs]
     if node.op in ("conv", "conv2d") and len(ins) > 1:
-        return 2 * out * math.prod(ins[1][1:])  # weight (Cout, Cin/groups, k...)
+        w = ins[1]  # (Cout, Cin/groups, k...), or (k..., Cin/groups, Cout) with weight_layout SIO
+        return 2 * out * (math.prod(w[:-1]) if node.attr("weight_layout", "OIS") == "SIO" else math.prod(w[1:]))
     if node.op in ("matmul", "gemm") and ins and ins[0]:
         a = ins[0]
         k = a[0] if node.op == "gemm" and node.attr("trans_a", 0) else a[-1]

@@ -43,6 +43,7 @@ class Layout:
     formats: dict  # tensor name -> format string (every tensor in info)
     policy: str  # the policy applied ("auto" resolved)
     conversions: int  # transdata nodes inserted
+    estimates: tuple = ()  # auto: ((policy, predicted seconds), ...) from passes/format_cost.py
 
 
 def policy_format(policy, dtype, target="cpu"):
@@ -121,11 +122,21 @@ def _unique(base, taken):
     return name
 
 
-def run(graph, order, info, policy="default", target="cpu", choose=None):
+def run(graph, order, info, policy="default", target="cpu", choose=None, launch="kernel"):
     """-> Layout. `choose(node) -> bool`: whether a node the policy's format supports
-    takes it (default: every such node)."""
+    takes it (default: every such node). `launch`: the plan's launch mode; `auto` in a
+    sink plan is `default` (XLA lays out the one program's intermediates itself:
+    measured, no policy changes a ResNet-50 sink step beyond noise, aligned slows it)."""
     if policy not in POLICIES:
         raise ModelError(f"unknown format policy {policy!r} (choose from {', '.join(POLICIES)})")
+    if policy == "auto" and launch == "sink":
+        return dataclasses.replace(run(graph, order, info, "default", target), estimates=(("sink", 0.0),))
+    if policy == "auto":
+        from compiler.passes import format_cost
+
+        lay, est = format_cost.choose(graph, order, info, target,
+                                      lambda p: run(graph, order, info, p, target, choose))
+        return dataclasses.replace(lay, estimates=tuple(sorted(est.items())))
     fmts = {t: "default" for t in info}
     if policy == "default":
         return Layout(graph, tuple(order), dict(info), fmts, policy, 0)
