@@ -67,7 +67,7 @@ def verify(plan):
         if not formats.is_known(t.format):
             _fail(f"{w}: unknown format {t.format!r}")
         if not formats.accepts(t.format, len(t.shape)):
-            _fail(f"{w}: format {t.format} does not hold rank-{len(t.shape)} tensors")
+            _fail(f"{w}: format {t.format} does not hold rank-{len(t.shape)} tensors (shape {list(t.shape)[:8]})")
         if len(t.shape) > MAX_RANK:
             _fail(f"{w}: rank {len(t.shape)} is more than {MAX_RANK}")
         if any(d < 0 or d > 2**31 - 1 for d in t.shape):

@@ -22,9 +22,12 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plans")
 def main():
     out = os.path.join(ROOT, "golden", f"v{codec.FORMAT_VERSION}")
     os.makedirs(out, exist_ok=True)
-    for name, launch in (("mlp", "sink"), ("cnn", "fused"), ("transformer", "kernel")):
+    for name, launch, policy in (("mlp", "sink", "default"), ("cnn", "fused", "default"),
+                                 ("transformer", "kernel", "default"), ("cnn", "kernel", "blocked")):
         graph, digest = model_json.load(os.path.join(ROOT, "examples", name, "model.json"))
-        plan = pipeline.compile_graph(graph, digest, pipeline.Options(launch=launch)).plan
+        plan = pipeline.compile_graph(graph, digest, pipeline.Options(launch=launch, format_policy=policy)).plan
+        if policy != "default":  # a plan with storage formats and conversions
+            name = f"{name}_{policy}"
         rng = np.random.default_rng(2026)
         feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in graph.inputs}
         want = reference.evaluate(graph, feeds)

@@ -61,13 +61,21 @@ def test_ranks_each_format_accepts():
 _FMTS = st.sampled_from(["default", "nhwc", "aligned:16", "aligned:3", "nc1hwc0:16", "nc1hwc0:4", "nc1hwc0:1"])
 
 
+def _sample(fmt, shape, seed):
+    """-> (shape, a random float32 array of it), or (shape, None) when `fmt` does not hold its rank."""
+    shape = tuple(shape)
+    if not formats.accepts(fmt, len(shape)):
+        return shape, None
+    return shape, np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
 @settings(max_examples=200, deadline=None)
 @given(fmt=_FMTS, shape=st.lists(st.integers(0, 7), min_size=0, max_size=5), seed=st.integers(0, 2**16))
 def test_round_trip(fmt, shape, seed):
-    shape = tuple(shape)
-    if not formats.accepts(fmt, len(shape)):
+    shape, x = _sample(fmt, shape, seed)
+    if x is None:
         return
-    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) + 1.0  # no zeros
+    x = x + 1.0  # no zeros
     dev = formats.to_device(x, fmt)
     assert dev.shape == formats.device_shape(shape, fmt)
     assert dev.nbytes == formats.nbytes(shape, "float32", fmt)
@@ -83,10 +91,9 @@ def test_round_trip(fmt, shape, seed):
 def test_jax_conversions_match_numpy(fmt, shape, seed):
     from compiler import formats as cf
 
-    shape = tuple(shape)
-    if not formats.accepts(fmt, len(shape)):
+    shape, x = _sample(fmt, shape, seed)
+    if x is None:
         return
-    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     dev = np.asarray(cf.to_device(x, fmt))
     np.testing.assert_array_equal(dev, formats.to_device(x, fmt))
     np.testing.assert_array_equal(np.asarray(cf.from_device(dev, shape, fmt)), x)
@@ -198,7 +205,7 @@ def test_policies_match_reference(model, policy, mode):
         assert used == {"default"}
 
 
-@pytest.mark.parametrize("policy", ["nhwc", "aligned", "blocked"])
+@pytest.mark.parametrize("policy", ["nhwc", "aligned", "blocked", "auto"])
 @pytest.mark.parametrize("name", ["cnn", "transformer", "mlp"])
 def test_examples_match_reference_under_policies(name, policy):
     import os
@@ -384,3 +391,16 @@ def test_shipped_calibration_table_is_well_formed():
         assert len(row) == 3 and all(isinstance(c, float) and c >= 0 for c in row), (k, row)
     for fam in ("default", "nhwc", "nc1hwc0"):
         assert f"conv:{fam}" in table["rows"]
+
+
+def test_formatted_plans_are_deterministic():
+    from aotplan import model_json
+    from compiler import pipeline
+
+    g = _odd_cnn()
+    digest = model_json.graph_digest(g)
+    for policy in ("blocked", "aligned"):
+        opts = pipeline.Options(launch="kernel", format_policy=policy)
+        a = codec.encode(pipeline.compile_graph(g, digest, opts).plan)
+        b = codec.encode(pipeline.compile_graph(_odd_cnn(), digest, opts).plan)
+        assert a == b

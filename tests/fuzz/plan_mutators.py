@@ -86,10 +86,11 @@ def _arena_weights(plan):
 
 
 def seeds():
-    """The golden plans of this format (sink, fused, kernel), two with arena-resident
-    weights and a place kernel, and one signed plan checked with its trust key."""
+    """The golden plans of this format (sink, fused, kernel, and kernel with blocked
+    storage formats and conversions), two with arena-resident weights and a place
+    kernel, and one signed plan checked with its trust key."""
     out = []
-    for name in ("mlp", "cnn", "transformer"):
+    for name in ("mlp", "cnn", "transformer", "cnn_blocked"):
         with open(os.path.join(GOLDEN, name + ".plan"), "rb") as f:
             data = f.read()
         out.append(Seed(name, data, codec.decode(data)))
@@ -670,6 +671,8 @@ def _t_shape(rng, m, plan):
             return None
         k = rng.randrange(len(row[T_SHAPE]))
         row[T_SHAPE][k] = row[T_DSHAPE][k] = row[T_SHAPE][k] + rng.choice([1, 2, 100])
+        if row[T_FORMAT] != "default":  # device dims are not the logical ones
+            return True, _name(plan, i) + r".*(nbytes|device shape|padding)"
         return True, _name(plan, i) + r".*nbytes"
     if how == "negative":
         row[T_SHAPE] = row[T_DSHAPE] = [-1] + row[T_SHAPE]
