@@ -166,7 +166,7 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
               help="Launch order for fused and kernel plans: memory = the candidate order with the lowest peak of "
                    "live bytes (never worse than the model's order); default = the model's order.")
 @click.option("--format-policy", type=click.Choice(["default", "nhwc", "aligned", "blocked", "auto"]),
-              default="default", show_default=True,
+              default="auto", show_default=True,
               help="Storage formats of activations: default = row-major logical shapes (NCHW); nhwc = 4-D "
                    "activations channels-last; aligned = innermost dimension padded to a vector's width; blocked "
                    "= nc1hwc0 blocked channels; auto = the policy the target's measured cost table says is "
@@ -221,7 +221,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     written = {j for l in plan.launches for j in l.writes}
     n_views = sum(1 for i, t in enumerate(plan.tensors) if t.base >= 0 and i not in written)
     n_placed = len({t.base for i, t in enumerate(plan.tensors) if t.base >= 0 and i in written})
-    n_after = sum(len(l.nodes) for l in plan.launches) + n_views + n_placed
+    n_after = sum(len(l.nodes) for l in plan.launches) + n_views + n_placed - res.formats.conversions
     n_launch_kernels = len({l.kernel for l in plan.launches})
     click.echo(f"  nodes {res.n_nodes} ({n_after} after clean-up: {', '.join(plan.passes) or 'none'}); "
                f"launch mode {plan.launch_mode}: {_n(len(plan.launches), 'launch')}"

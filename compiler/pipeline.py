@@ -53,7 +53,7 @@ class Options:
     placement: str = "auto"  # kernel mode: concat inputs written into their slices of the concat:
     # "auto" where that does not raise the peak, "always", or "off"
     schedule: str = "memory"  # "memory": the order with the lowest peak; "default": model order
-    format_policy: str = "default"  # storage formats of activations (passes/layout.py)
+    format_policy: str = "auto"  # storage formats of activations (passes/layout.py)
 
     def runs(self, name):
         if name == "weight_layout" and self.platforms() != ("cpu",):

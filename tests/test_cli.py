@@ -152,7 +152,7 @@ def test_cli_launch_modes_match_the_plan_schema():
 def cnn_kernel_plan(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("cli") / "cnn.plan")
     r = CliRunner().invoke(main, ["compile", os.path.join(EXAMPLES, "cnn", "model.json"), "-o", out,
-                                  "--launch", "kernel"])
+                                  "--launch", "kernel", "--format-policy", "default"])
     assert r.exit_code == 0 and "launch mode kernel: 13 launches (1 reshape is a view" in r.output, r.output
     return out
 
@@ -174,3 +174,20 @@ def test_check_command(cnn_kernel_plan, mlp_plan):
     assert r.exit_code == 0 and "is a sink plan; checking a kernel-mode plan" in r.output, r.output
     r = CliRunner().invoke(main, ["check", mlp_plan, os.path.join(EXAMPLES, "cnn", "model.json")])
     assert r.exit_code == 2 and "compiled from a different model" in r.output, r.output
+
+
+def test_compile_auto_formats_inspect_and_check(tmp_path):
+    """The default policy (auto) in kernel mode: the summary says what auto chose and
+    why, inspect lists formats and conversions, and check compares the formatted
+    tensors with the direct evaluation."""
+    out = str(tmp_path / "cnn.plan")
+    model = os.path.join(EXAMPLES, "cnn", "model.json")
+    r = CliRunner().invoke(main, ["compile", model, "-o", out, "--launch", "kernel"])
+    assert r.exit_code == 0 and "formats: policy auto -> " in r.output and "predicted:" in r.output, r.output
+    r = CliRunner().invoke(main, ["compile", model, "-o", out, "--launch", "kernel", "--format-policy", "nhwc"])
+    assert r.exit_code == 0 and "formats: policy nhwc, 13 tensors in another format" in r.output, r.output
+    assert "nodes 18 (14 after clean-up" in r.output, r.output  # conversions are not model nodes
+    r = CliRunner().invoke(main, ["inspect", out])
+    assert r.exit_code == 0 and "formats: 13 tensors in nhwc; 2 conversions" in r.output, r.output
+    r = CliRunner().invoke(main, ["check", out, model])
+    assert r.exit_code == 0 and "agree with the direct evaluation" in r.output, r.output

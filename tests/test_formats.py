@@ -328,7 +328,7 @@ def test_hidden_relayouts_counted():
 
     g = _odd_cnn()
     digest = model_json.graph_digest(g)
-    default = pipeline.compile_graph(g, digest, pipeline.Options(launch="kernel")).formats
+    default = pipeline.compile_graph(g, digest, pipeline.Options(launch="kernel", format_policy="default")).formats
     nhwc = pipeline.compile_graph(g, digest, pipeline.Options(launch="kernel", format_policy="nhwc")).formats
     blocked = pipeline.compile_graph(g, digest, pipeline.Options(launch="kernel", format_policy="blocked")).formats
     assert default.conversions == 0 and default.formatted == 0

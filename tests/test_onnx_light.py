@@ -15,14 +15,14 @@ SLOW = ("densenet121", "inception_v2", "bvlc_alexnet", "zfnet512", "vgg19")
 RTOL, ATOL = 1e-4, 1e-6
 
 
-def compile_model(model, name, launch="sink"):
+def compile_model(model, name, launch="sink", **opts):
     import executor
     from aotplan import codec, model_json
     from compiler import pipeline
     from compiler.frontends import onnx_import
 
     graph = onnx_import.convert(model, name=name)
-    plan = pipeline.compile_graph(graph, model_json.graph_digest(graph), pipeline.Options(launch=launch)).plan
+    plan = pipeline.compile_graph(graph, model_json.graph_digest(graph), pipeline.Options(launch=launch, **opts)).plan
     return plan, executor.Session(codec.decode(codec.encode(plan)), warmup=False)
 
 
@@ -101,15 +101,20 @@ def test_converted_opsets_match_onnxruntime(name, opset):
     check_against_onnxruntime(model, sess, n_inputs=2)
 
 
+@pytest.mark.parametrize("policy", ["default", "nhwc"])
 @pytest.mark.parametrize("name", ["squeezenet", "inception_v1"])
-def test_kernel_mode_with_sharing_matches_onnxruntime(name):
+def test_kernel_mode_with_sharing_matches_onnxruntime(name, policy):
     """Kernel mode, where every tensor lives at its offset: in-place reuse, views and
     concat inputs placed in their concats (these two have 8 and 9 concats), against
-    the outside oracle."""
+    the outside oracle; and the same in channels-last storage (nhwc concats are not
+    placed: a channel slice of NHWC is one run per pixel)."""
     model = onnx_light.load_randomized(name)
-    plan, sess = compile_model(model, name, launch="kernel")
+    plan, sess = compile_model(model, name, launch="kernel", format_policy=policy)
     written = {j for l in plan.launches for j in l.writes}
-    assert any(t.base >= 0 and i in written for i, t in enumerate(plan.tensors))  # placed parts
+    if policy == "default":
+        assert any(t.base >= 0 and i in written for i, t in enumerate(plan.tensors))  # placed parts
+    else:
+        assert sum(t.format == "nhwc" for t in plan.tensors) > 10
     assert plan.memory.shared_bound_bytes < plan.memory.plain_bound_bytes
     assert plan.arena_bytes <= plan.memory.shared_bound_bytes
     check_against_onnxruntime(model, sess, n_inputs=2)

@@ -140,7 +140,7 @@ def test_plan_records_passes_and_all_off_still_matches(kernel_examples):
     assert plan.passes == pipeline.CLEANUP_PASSES
     assert len(plan.launches) < len(graph.nodes)  # batchnorms folded into their convs
     plan_off, sess_off = compile_and_load(graph, disabled=frozenset(pipeline.CLEANUP_PASSES), launch="kernel",
-                                          views=False)
+                                          views=False, format_policy="default")
     assert plan_off.passes == () and len(plan_off.launches) == len(graph.nodes)
     feeds = random_feeds(graph, 5)
     np.testing.assert_allclose(sess_off.run(feeds)["fc"], sess.run(feeds)["fc"], rtol=1e-5, atol=1e-5)

@@ -190,10 +190,10 @@ def test_concat_inputs_placed_in_their_slices(batch):
         Node("c", "concat", ("a", "b"), ("c",), freeze({"axis": 1})),
         Node("y", "tanh", ("c",), ("y",)),
     ), (Constant("w1", "float32", w1.shape, w1), Constant("w2", "float32", w2.shape, w2)))
-    auto, _ = compile_and_load(g, launch="kernel")
+    auto, _ = compile_and_load(g, launch="kernel", format_policy="default")
     # here the concat's bytes would be live from a's write, beside x: auto keeps the copy
     assert [l.node for l in auto.launches] == ["a", "b", "c", "y"]
-    plan, sess = compile_and_load(g, launch="kernel", placement="always")
+    plan, sess = compile_and_load(g, launch="kernel", placement="always", format_policy="default")
     assert plan.memory.lower_bound_bytes >= auto.memory.lower_bound_bytes
     T = {t.name: t for t in plan.tensors}
     assert [l.node for l in plan.launches] == ["a", "b", "y"]
@@ -201,7 +201,7 @@ def test_concat_inputs_placed_in_their_slices(batch):
     row = 10 * 64 * 4  # one batch index of c: 10 channels of 8x8 float32
     assert (T["a"].offset, T["a"].runs, T["a"].stride) == (c.offset, batch, row if batch > 1 else T["a"].stride)
     assert T["b"].offset == c.offset + 4 * 64 * 4 and T["b"].runs == batch
-    off, sess_off = compile_and_load(g, launch="kernel", placement="off")
+    off, sess_off = compile_and_load(g, launch="kernel", placement="off", format_policy="default")
     assert [l.node for l in off.launches] == ["a", "b", "c", "y"]
     xs = rng.standard_normal((batch, 3, 8, 8)).astype(np.float32)
     want = reference.evaluate(g, {"x": xs})["y"]
