@@ -106,6 +106,9 @@ def verify(plan):
                 _fail(f"{w} and its base {b.name!r} must both be arena tensors, the base in one run")
             if t.kind not in ("intermediate", "output") or b.kind == "constant":
                 _fail(f"{w} ({t.kind}) cannot live inside {b.name!r} ({b.kind})")
+            if t.format != "default" or b.format != "default":  # views and runs are of row-major bytes
+                _fail(f"{w} ({t.format}) lives inside {b.name!r} ({b.format}): only default-format tensors share "
+                      f"bytes as views or parts")
             if i in launch_written:  # a part: written into its slice of the base
                 if b.kind not in ("intermediate", "output"):
                     _fail(f"{w} is written by a launch inside {b.name!r}, a {b.kind}")

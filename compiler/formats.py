@@ -44,7 +44,7 @@ ELEMENTWISE = frozenset((
 # shapes each needs (`layout.supports`)
 SUPPORTED = {
     "nhwc": ELEMENTWISE | {"batchnorm", "conv", "conv2d", "maxpool", "avgpool", "global_avgpool", "concat",
-                           "softmax"},
+                           "softmax", "lrn"},
     "nc1hwc0": ELEMENTWISE | {"batchnorm", "conv", "conv2d", "maxpool", "avgpool", "global_avgpool", "concat"},
     "aligned": ELEMENTWISE | {"batchnorm", "concat", "softmax", "layernorm", "matmul", "gemm"},
 }
@@ -281,6 +281,21 @@ def _layernorm(node, fmt, name, vals, infos, out):
     return (y.astype(x.dtype),)
 
 
+def _lrn(node, fmt, name, vals, infos, out):
+    from compiler.ops.nn import _f32
+
+    x = vals[0]  # nhwc: the window runs over the last axis
+    size = node.attr("size")
+    alpha, beta = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75))
+    bias = float(node.attr("bias", 1.0))
+    xf = _f32(x)
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    pads = ((0, 0),) * (x.ndim - 1) + ((before, after),)
+    sq = lax.reduce_window(xf * xf, jnp.zeros((), xf.dtype), lax.add, (1,) * (x.ndim - 1) + (size,), (1,) * x.ndim,
+                           pads)
+    return ((xf / jnp.power(bias + (alpha / size) * sq, beta)).astype(x.dtype),)
+
+
 def _padded_weight(b, k_dev, n_dev):
     """A 2-D (K, N) operand padded with zeros to (k_dev, n_dev)."""
     return jnp.pad(b, [(0, k_dev - b.shape[0]), (0, n_dev - b.shape[1])])
@@ -308,7 +323,7 @@ def _gemm(node, fmt, name, vals, infos, out):
 _LOWER = {
     "batchnorm": _batchnorm_dev, "conv": _conv, "conv2d": _conv, "maxpool": _pool, "avgpool": _pool,
     "global_avgpool": _global_avgpool, "concat": _concat, "softmax": _softmax, "layernorm": _layernorm,
-    "matmul": _matmul, "gemm": _gemm,
+    "matmul": _matmul, "gemm": _gemm, "lrn": _lrn,
 }
 
 

@@ -15,7 +15,8 @@ medians with the rounds' spread. Columns:
   ms         median step latency; x default: the ratio to the default policy in this run
   err        max |output - default policy's output| / max |default policy's output|
 resnet50 is the structure scripts/gen_models.py writes to plans/bench/ (generated here
-when missing).
+when missing); `onnx:NAME` is a light ONNX architecture (tests/onnx_light.py, needs the
+onnx wheel), e.g. --models onnx:squeezenet,onnx:inception_v1.
 """
 
 import argparse
@@ -63,7 +64,15 @@ def main():
     print(f"{'model':12s} {'mode':6s} {'policy':14s} {'arena KiB':>9s} {'conv':>4s} {'conv KiB':>8s} {'inside':>6s} "
           f"{'hlo t+c':>7s} {'ms':>8s} {'x default':>9s} {'spread':>13s} {'err':>8s}")
     for name in [m for m in a.models.split(",") if m]:
-        graph, digest = model_json.load(model_path(name))
+        if name.startswith("onnx:"):
+            sys.path.insert(0, os.path.join(ROOT, "tests"))
+            import onnx_light
+            from compiler.frontends import onnx_import
+
+            graph = onnx_import.convert(onnx_light.load_randomized(name[5:]), name=name[5:])
+            digest = model_json.graph_digest(graph)
+        else:
+            graph, digest = model_json.load(model_path(name))
         rng = np.random.default_rng(0)
         feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in graph.inputs}
         for mode in a.modes.split(","):

@@ -111,7 +111,7 @@ def test_jax_conversions_match_numpy(fmt, shape, seed):
 def _odd_cnn(batch=2):
     """Channels 3 -> 17 -> 30 (not multiples of any block), batch > 1: conv, batchnorm,
     relu, sigmoid (masked), pools, a residual add with a broadcast bias, a channel
-    concat, global pooling, softmax over channels, flatten, gemm."""
+    concat, lrn, global pooling, softmax over channels, flatten, gemm."""
     rng = np.random.default_rng(7)
     w = lambda n, *s: Constant(n, "float32", s, (rng.standard_normal(s) * 0.3).astype(np.float32))  # noqa: E731
     c1, b1 = w("c1", 17, 3, 3, 3), w("b1", 17)
@@ -133,7 +133,8 @@ def _odd_cnn(batch=2):
         N("relu2", "relu", ["bn2"]),
         N("cat", "concat", ["relu2", "pool1"], axis=1),
         N("conv3", "conv2d", ["cat", c3.name]),
-        N("avg", "avgpool", ["conv3"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+        N("lrn", "lrn", ["conv3"], size=3, alpha=0.01, beta=0.75, bias=1.0),
+        N("avg", "avgpool", ["lrn"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
         N("both", "concat", ["avg", "relu2"], axis=1),
         N("smax", "softmax", ["both"], axis=1),
         N("gap", "global_avgpool", ["smax"]),
@@ -404,3 +405,25 @@ def test_formatted_plans_are_deterministic():
         a = codec.encode(pipeline.compile_graph(g, digest, opts).plan)
         b = codec.encode(pipeline.compile_graph(_odd_cnn(), digest, opts).plan)
         assert a == b
+
+
+def test_verifier_refuses_formatted_views():
+    """Views and placed parts are row-major byte ranges: the verifier refuses one in
+    another format."""
+    import dataclasses
+
+    import os
+
+    from aotplan import model_json, verify
+    from compiler import pipeline
+    from conftest import EXAMPLES
+
+    g, digest = model_json.load(os.path.join(EXAMPLES, "cnn", "model.json"))
+    plan = pipeline.compile_graph(g, digest, pipeline.Options(launch="kernel", format_policy="default")).plan
+    i = next(i for i, t in enumerate(plan.tensors) if t.base >= 0)  # the flatten: a view
+    t = plan.tensors[i]
+    fmt = "nhwc"  # (N, C) -> (N, 1, 1, C): the same bytes, another format
+    bad = dataclasses.replace(t, format=fmt, device_shape=formats.device_shape(t.shape, fmt),
+                              padding=formats.padding(t.shape, fmt))
+    with pytest.raises(PlanError, match="only default-format tensors share bytes"):
+        verify.verify(dataclasses.replace(plan, tensors=plan.tensors[:i] + (bad,) + plan.tensors[i + 1:]))
