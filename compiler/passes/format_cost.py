@@ -108,7 +108,7 @@ def estimate(order, info, fmts, table):
     return total
 
 
-def choose(graph, order, info, target, lay_out):
+def choose(target, lay_out):
     """-> (chosen layout, {policy: predicted seconds}). `lay_out(policy)` lays the model
     out under a policy (passes/layout.run)."""
     table = load(target)

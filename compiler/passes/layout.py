@@ -122,9 +122,8 @@ def _unique(base, taken):
     return name
 
 
-def run(graph, order, info, policy="default", target="cpu", choose=None, launch="kernel"):
-    """-> Layout. `choose(node) -> bool`: whether a node the policy's format supports
-    takes it (default: every such node). `launch`: the plan's launch mode; `auto` in a
+def run(graph, order, info, policy="default", target="cpu", launch="kernel"):
+    """-> Layout. `launch`: the plan's launch mode; `auto` in a
     sink plan is `default` (XLA lays out the one program's intermediates itself:
     measured, no policy changes a ResNet-50 sink step beyond noise, aligned slows it)."""
     if policy not in POLICIES:
@@ -134,8 +133,7 @@ def run(graph, order, info, policy="default", target="cpu", choose=None, launch=
     if policy == "auto":
         from compiler.passes import format_cost
 
-        lay, est = format_cost.choose(graph, order, info, target,
-                                      lambda p: run(graph, order, info, p, target, choose))
+        lay, est = format_cost.choose(target, lambda p: run(graph, order, info, p, target))
         return dataclasses.replace(lay, estimates=tuple(sorted(est.items())))
     fmts = {t: "default" for t in info}
     if policy == "default":
@@ -167,7 +165,7 @@ def run(graph, order, info, policy="default", target="cpu", choose=None, launch=
 
     for n in order:
         f = policy_format(policy, info[n.outputs[0]].dtype, target) if n.outputs else "default"
-        if f == "default" or not supports(n, f, info, consts) or (choose is not None and not choose(n)):
+        if f == "default" or not supports(n, f, info, consts):
             f = "default"
         act = set(_activation_positions(n, consts)) if f != "default" else set()
         ins = tuple(convert(i, f if j in act else "default") if i else i for j, i in enumerate(n.inputs))
