@@ -139,7 +139,7 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
                    "profiles and `aotplan check`).")
 @click.option("--fuse-min-flops", type=click.IntRange(min=0), default=None, metavar="N",
               help="Fused mode: a group takes in further contractions until its work reaches N FLOPs "
-                   "(default 2000000, about one launch's dispatch cost on a CPU); 0 = one contraction per group.")
+                   "(default 100000000: measured, docs/design.md, 'Launch modes'); 0 = one contraction per group.")
 @click.option("--no-kernel-reuse", is_flag=True,
               help="Give every launch its own kernel with fixed offsets (default: launches that are the same "
                    "computation share one kernel and take their offsets at run time).")

@@ -5,9 +5,10 @@
              conv, matmul, gemm, einsum) and the cheap ops around it: conv + bias +
              activation + pool, matmul + add + reshape + transpose, matmul + scale +
              softmax. Leading cheap ops join the first anchor's group. A group whose
-             work is below MIN_GROUP_FLOPS also takes the next anchor: a launch costs
-             10-40 us of dispatch on a CPU (measured, scripts/bench_replay.py), so a
-             group must carry at least about that much work to be worth its launch.
+             work is below MIN_GROUP_FLOPS also takes the next anchor: a fused launch
+             costs 50-240 us on this 2-core CPU (dispatch, and the arena traffic of the
+             tensors that cross it: scripts/bench_replay.py, "fused overhead per
+             launch"), so a group must carry several times that in work.
     sink     one launch: the whole step
 
 A run of a topological order is always a valid launch: launches execute in schedule
@@ -20,7 +21,12 @@ import math
 
 ANCHORS = frozenset({"conv", "conv2d", "matmul", "gemm", "einsum"})
 MODES = ("sink", "fused", "kernel")
-MIN_GROUP_FLOPS = 2_000_000  # ~20 us at ~100 GFLOP/s: about one launch's dispatch cost
+# Measured (fused step / sink step, fused launches; 2-core CPU, jax 0.10.2) at 2M, 50M,
+# 100M, 200M: squeezenet 1.28 (26), 1.13 (9), 1.10 (5), 0.94 (3); inception_v1 1.40 (57),
+# 1.30 (21), 1.19 (15), 1.22 (10); ResNet-50 0.97 (54), 1.09 (53), 1.02 (53), 1.17 (33).
+# (Before aotplan 0.4, conv FLOPs of SIO weights were overcounted by about O/kh, so the
+# old 2M acted like a far larger threshold on CNNs.)
+MIN_GROUP_FLOPS = 100_000_000
 
 
 def flops(node, info):
