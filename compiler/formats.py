@@ -25,11 +25,16 @@ Padding rules (checked after every launch by tests/test_formats.py):
 import re
 import types
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
 from aotplan import formats as F
 from compiler import ops
+from compiler.ops.math_ops import lrn_over
+from compiler.ops.nn import (
+    _f32, _pool_geometry, _window_counts, batchnorm_broadcast, conv_lowered,
+)
 
 # ops whose result is 0 wherever every input is 0: their padding stays zero unmasked
 ZERO_PRESERVING = frozenset((
@@ -179,18 +184,11 @@ def _logical(shape):
     return types.SimpleNamespace(shape=tuple(shape))
 
 
-def _bn_elementwise(node, x, scale, bias, mean, var):
-    from compiler.ops.nn import _f32
-
-    inv = lax.rsqrt(_f32(var) + float(node.attr("epsilon", 1e-5))) * _f32(scale)
-    return ((_f32(x) - _f32(mean)) * inv + _f32(bias)).astype(x.dtype)
-
-
 def _batchnorm_dev(node, fmt, name, vals, infos, out):
     x, params = vals[0], vals[1:]
     shape = (1, -1) + (1,) * (len(out) - 2)
     ps = [adapt(p.reshape(shape), out, fmt) for p in params]
-    return (zero_padding(_bn_elementwise(node, x, *ps), out, fmt),)
+    return (zero_padding(batchnorm_broadcast(node, x, *ps), out, fmt),)
 
 
 def _to_nhwc(x, shape, fmt):
@@ -198,25 +196,12 @@ def _to_nhwc(x, shape, fmt):
 
 
 def _conv(node, fmt, name, vals, infos, out):
-    from compiler.ops.nn import _spatial_attrs, _weight_dims
-
-    x, w = vals[0], vals[1]
-    b = vals[2] if len(vals) > 2 else None
-    x = _to_nhwc(x, infos[0].shape, fmt)  # nc1hwc0: a relayout inside the kernel
-    _, _, k = _weight_dims(node, w.shape)
-    s, d, pads = _spatial_attrs(node, _logical(infos[0].shape), k)
-    wspec = "HWIO" if node.attr("weight_layout", "OIS") == "SIO" else "OIHW"
-    dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NHWC", wspec, "NHWC"))
-    y = lax.conv_general_dilated(x, w, window_strides=s, padding=pads, rhs_dilation=d,
-                                 feature_group_count=node.attr("group", 1), dimension_numbers=dn)
-    if b is not None:
-        y = y + b
+    x = _to_nhwc(vals[0], infos[0].shape, fmt)  # nc1hwc0: a relayout inside the kernel
+    y = conv_lowered(node, x, *vals[1:], logical=_logical(infos[0].shape), channels_last=True)
     return (y if name == "nhwc" else convert(y, out, "nhwc", fmt),)
 
 
 def _pool(node, fmt, name, vals, infos, out):
-    from compiler.ops.nn import _f32, _pool_geometry, _window_counts
-
     x = vals[0]
     k, s, d, geo, _ = _pool_geometry(node, _logical(infos[0].shape))
     axes = spatial_axes(fmt)
@@ -235,8 +220,6 @@ def _pool(node, fmt, name, vals, infos, out):
 
 
 def _global_avgpool(node, fmt, name, vals, infos, out):
-    from compiler.ops.nn import _f32
-
     x = vals[0]
     return (jnp.mean(_f32(x), axis=spatial_axes(fmt), keepdims=True).astype(x.dtype),)
 
@@ -246,28 +229,19 @@ def _concat(node, fmt, name, vals, infos, out):
 
 
 def _softmax(node, fmt, name, vals, infos, out):
-    from compiler.ops.nn import _f32
-
     x = vals[0]
     axis = node.attr("axis", -1) % len(out)
     if name == "nhwc":
-        return (jax_softmax(_f32(x), device_axis(fmt, axis, len(out))).astype(x.dtype),)
+        return (jax.nn.softmax(_f32(x), axis=device_axis(fmt, axis, len(out))).astype(x.dtype),)
     m = valid(out, fmt)  # aligned, softmax over the padded last axis
     xf = _f32(x)
     if m is not None:
         xf = jnp.where(m, xf, -jnp.inf)
-    y = jax_softmax(xf, x.ndim - 1)
+    y = jax.nn.softmax(xf, axis=x.ndim - 1)
     return (zero_padding(y.astype(x.dtype), out, fmt),)
 
 
-def jax_softmax(x, axis):
-    e = jnp.exp(x - lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True)))
-    return e / jnp.sum(e, axis=axis, keepdims=True)
-
-
 def _layernorm(node, fmt, name, vals, infos, out):
-    from compiler.ops.nn import _f32
-
     x, scale = vals[0], vals[1]
     bias = vals[2] if len(vals) > 2 else None
     n = out[-1]
@@ -282,18 +256,7 @@ def _layernorm(node, fmt, name, vals, infos, out):
 
 
 def _lrn(node, fmt, name, vals, infos, out):
-    from compiler.ops.nn import _f32
-
-    x = vals[0]  # nhwc: the window runs over the last axis
-    size = node.attr("size")
-    alpha, beta = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75))
-    bias = float(node.attr("bias", 1.0))
-    xf = _f32(x)
-    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
-    pads = ((0, 0),) * (x.ndim - 1) + ((before, after),)
-    sq = lax.reduce_window(xf * xf, jnp.zeros((), xf.dtype), lax.add, (1,) * (x.ndim - 1) + (size,), (1,) * x.ndim,
-                           pads)
-    return ((xf / jnp.power(bias + (alpha / size) * sq, beta)).astype(x.dtype),)
+    return (lrn_over(node, vals[0], axis=vals[0].ndim - 1),)  # nhwc: channels are the last axis
 
 
 def _padded_weight(b, k_dev, n_dev):
@@ -302,22 +265,15 @@ def _padded_weight(b, k_dev, n_dev):
 
 
 def _matmul(node, fmt, name, vals, infos, out):
-    a, b = vals  # a: (..., M, Kp) aligned; b: (K, N) default
-    return (jnp.matmul(a, _padded_weight(b, a.shape[-1], F.device_shape(out, fmt)[-1])),)
+    a, b = vals  # a: (..., M, Kp) aligned; b: (K, N) default, padded here to (Kp, Np)
+    return ops.get("matmul").lower(node, a, _padded_weight(b, a.shape[-1], F.device_shape(out, fmt)[-1]))
 
 
 def _gemm(node, fmt, name, vals, infos, out):
-    a, b = vals[0], vals[1]  # a: (M, Kp) aligned (trans_a = 0); b, c: default
-    if node.attr("trans_b", 0):
-        b = b.T
-    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
-    y = jnp.matmul(a, _padded_weight(b, a.shape[-1], F.device_shape(out, fmt)[-1]))
-    if alpha != 1.0:
-        y = (y * alpha).astype(a.dtype)
-    if len(vals) > 2:
-        c = adapt(vals[2], out, fmt)
-        y = y + (c if beta == 1.0 else (c * beta).astype(c.dtype))
-    return (y,)
+    a, b = vals[0], vals[1]  # a: (M, Kp) aligned (trans_a = 0); b: (K, N) or, trans_b, (N, K)
+    kp, n_dev = a.shape[-1], F.device_shape(out, fmt)[-1]
+    b = _padded_weight(b, n_dev, kp) if node.attr("trans_b", 0) else _padded_weight(b, kp, n_dev)
+    return ops.get("gemm").lower(node, a, b, *[adapt(c, out, fmt) for c in vals[2:]])
 
 
 _LOWER = {

@@ -336,16 +336,22 @@ def _lrn_infer(node, ins):
     return [(x.dtype, x.shape)]
 
 
-def _lrn(node, x):
+def lrn_over(node, x, axis=1):
+    """Local response normalization across `axis`, the channels (1 in NCHW; the last
+    axis of a channels-last layout, compiler/formats.py)."""
     size = node.attr("size")
     alpha, beta = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75))
     bias = float(node.attr("bias", 1.0))
     xf = _f32(x)
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2  # floor / ceil of (size-1)/2
-    window = (1, size) + (1,) * (x.ndim - 2)
-    pads = ((0, 0), (before, after)) + ((0, 0),) * (x.ndim - 2)
+    window = tuple(size if a == axis else 1 for a in range(x.ndim))
+    pads = tuple((before, after) if a == axis else (0, 0) for a in range(x.ndim))
     sq = lax.reduce_window(xf * xf, jnp.zeros((), xf.dtype), lax.add, window, (1,) * x.ndim, pads)
-    return ((xf / jnp.power(bias + (alpha / size) * sq, beta)).astype(x.dtype),)
+    return (xf / jnp.power(bias + (alpha / size) * sq, beta)).astype(x.dtype)
+
+
+def _lrn(node, x):
+    return (lrn_over(node, x),)
 
 
 register("lrn", (1, 1), ("size", "alpha", "beta", "bias"))((_lrn_infer, _lrn))

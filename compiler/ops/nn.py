@@ -153,11 +153,16 @@ def _batchnorm_infer(node, ins):
     return [(x.dtype, x.shape)]
 
 
+def batchnorm_broadcast(node, x, scale, bias, mean, var):
+    """Inference batchnorm with parameters already shaped to broadcast against x (NCHW
+    here; a storage format's layout in compiler/formats.py)."""
+    inv = lax.rsqrt(_f32(var) + float(node.attr("epsilon", 1e-5))) * _f32(scale)
+    return ((_f32(x) - _f32(mean)) * inv + _f32(bias)).astype(x.dtype)
+
+
 def _batchnorm(node, x, scale, bias, mean, var):
     shape = (1, -1) + (1,) * (x.ndim - 2)
-    inv = lax.rsqrt(_f32(var) + float(node.attr("epsilon", 1e-5))) * _f32(scale)
-    y = (_f32(x) - _f32(mean).reshape(shape)) * inv.reshape(shape) + _f32(bias).reshape(shape)
-    return (y.astype(x.dtype),)
+    return (batchnorm_broadcast(node, x, *(p.reshape(shape) for p in (scale, bias, mean, var))),)
 
 
 register("batchnorm", (5, 5), ('epsilon',))((_batchnorm_infer, _batchnorm))
@@ -248,18 +253,25 @@ def _weight_dims(node, wshape):
     return wshape[0], wshape[1], tuple(wshape[2:])
 
 
-def _conv(node, x, w, b=None):
+def conv_lowered(node, x, w, b=None, logical=None, channels_last=False):
+    """The convolution of x, NCHW-like or (channels_last) NHWC-like. `logical`: the
+    input's logical NC... shape when x is stored channels-last (auto_pad reads it)."""
     _, _, k = _weight_dims(node, w.shape)
-    s, d, pads = _spatial_attrs(node, x, k)
+    s, d, pads = _spatial_attrs(node, logical if logical is not None else x, k)
     nd = x.ndim - 2
     sp = "DHW"[-nd:] if nd <= 3 else "".join(chr(ord("a") + i) for i in range(nd))
     wspec = sp + "IO" if node.attr("weight_layout", "OIS") == "SIO" else "OI" + sp
-    dn = lax.conv_dimension_numbers(x.shape, w.shape, ("NC" + sp, wspec, "NC" + sp))
+    act = "N" + sp + "C" if channels_last else "NC" + sp
+    dn = lax.conv_dimension_numbers(x.shape, w.shape, (act, wspec, act))
     y = lax.conv_general_dilated(x, w, window_strides=s, padding=pads, rhs_dilation=d,
                                  feature_group_count=node.attr("group", 1), dimension_numbers=dn)
     if b is not None:
-        y = y + b.reshape((1, -1) + (1,) * nd)
-    return (y,)
+        y = y + (b if channels_last else b.reshape((1, -1) + (1,) * nd))
+    return y
+
+
+def _conv(node, x, w, b=None):
+    return (conv_lowered(node, x, w, b),)
 
 
 CONV_ATTRS = ("strides", "pads", "dilations", "group", "auto_pad", "kernel_shape", "weight_layout")
