@@ -7,12 +7,23 @@
                     launch_mode   str
                     payload_size  int
                     payload_sha256  bin(32)
+                    data_size     int (format 5 on): the data section's bytes
                     signature     nil, or bin(32): HMAC-SHA256 over the version, the launch
                                   mode and the payload digest (`sign_key` at compile time)
     then          payload, msgpack (the Plan, below)
+    then          (format 5 on) zero bytes up to a multiple of DATA_ALIGN from the file's
+                  start, then the data section: the constants' bytes, each at a
+                  DATA_ALIGN-aligned offset (zeros between). The payload lists each
+                  constant's (offset, bytes) in it and `data_sha256`, the SHA-256 of each
+                  DATA_CHUNK bytes of it, so the payload digest (and the signature) cover
+                  the data too.
 
 The magic and the version are checked before any msgpack is decoded; the payload's
-size and digest before the payload is decoded. Decoding uses explicit size limits (no
+size and digest before the payload is decoded; the data section's chunk digests (in
+parallel threads: hashlib releases the GIL) before any constant is handed out. A
+decoded plan's constants are read-only views of the file's bytes, not copies: loading
+holds the weights once in host memory (formats 2-4 held them up to four times), and on
+CPU the constant pool's device arrays share those bytes. Decoding uses explicit size limits (no
 length field can claim more than the bytes that follow it), refuses missing and unknown
 fields and checks every field's type; `aotplan.verify` then checks ranges and references.
 A plan is untrusted data: every bad file ends in a `PlanError` naming the field
@@ -36,13 +47,20 @@ Version changelog:
     `nc1hwc0:C0` (aotplan/formats.py), its `device_shape` and `nbytes` follow from it,
     and tensor rows gain `padding` (per device dimension, the padding elements at its
     end). Versions 2 and 3 (every tensor `default`, no padding) still load.
+  5 (aotplan 0.5): the constants' bytes move out of the msgpack payload into an aligned
+    data section after it (header `data_size`; payload `constants` rows are
+    [tensor, offset, bytes]; payload `data_sha256`). Decoding no longer copies the
+    weights, and their digest is checked in parallel. Versions 2-4 still load.
 """
 
 import hashlib
 import hmac
+import os
 import struct
+from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
+import numpy as np
 
 from aotplan.errors import PlanError
 from aotplan.plan import (
@@ -50,18 +68,58 @@ from aotplan.plan import (
 )
 
 MAGIC = b"AOTPLAN\x00"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 MIN_SUPPORTED_VERSION = 2
-MAX_SUPPORTED_VERSION = 4
+MAX_SUPPORTED_VERSION = 5
+DATA_ALIGN = 64  # every constant's bytes start at a multiple of this from the file's start
+DATA_CHUNK = 4 << 20  # bytes of the data section per SHA-256 in `data_sha256`
 _PREFIX = struct.Struct("<8sII")
 MAX_HEADER_BYTES = 4096
 # Limits for the payload decoder: a corrupt length field must not allocate gigabytes.
 # Each is also capped by the payload's size (`_limits`): an element takes at least a byte.
 _LIMITS = dict(max_str_len=1 << 20, max_bin_len=1 << 33, max_array_len=1 << 24, max_map_len=1 << 10)
 HEADER_FIELDS = ("launch_mode", "payload_size", "payload_sha256", "signature")
+HEADER_FIELDS_5 = HEADER_FIELDS + ("data_size",)
 PAYLOAD_FIELDS = ("launch_mode", "weights", "planner", "passes", "alignment", "arena_bytes", "tensors", "constants",
                   "kernels", "launches", "inputs", "outputs", "output_names", "input_kernel", "output_kernel",
                   "place_kernel", "memory", "provenance")
+PAYLOAD_FIELDS_5 = PAYLOAD_FIELDS + ("data_sha256",)
+
+
+def _align(n):
+    return -(-n // DATA_ALIGN) * DATA_ALIGN
+
+
+def data_start(header_len, payload_size):
+    """Where a format-5 file's data section starts."""
+    return _align(_PREFIX.size + header_len + payload_size)
+
+
+def chunk_digests(data):
+    """SHA-256 of each DATA_CHUNK bytes of `data` (a bytes-like object); large inputs
+    are hashed in parallel threads."""
+    view = memoryview(data)
+    chunks = [view[i:i + DATA_CHUNK] for i in range(0, len(view), DATA_CHUNK)]
+    sha = lambda c: hashlib.sha256(c).digest()  # noqa: E731
+    workers = min(len(chunks), os.cpu_count() or 1, 8)
+    if workers < 2:
+        return [sha(c) for c in chunks]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(sha, chunks))
+
+
+def data_section(constants):
+    """Constants -> (rows [tensor, offset, bytes], the data section's bytes): each
+    constant at the next DATA_ALIGN-aligned offset, zeros between."""
+    rows, parts, end = [], [], 0
+    for c in constants:
+        start = _align(end)
+        if start > end:
+            parts.append(bytes(start - end))
+        parts.append(c.data)
+        rows.append([c.tensor, start, len(c.data)])
+        end = start + len(c.data)
+    return rows, b"".join(parts)
 
 
 def _limits(n):
@@ -83,8 +141,13 @@ def _launch(l):
     return [l.kernel, l.node, list(l.reads), list(l.writes), list(l.nodes)]
 
 
-def encode_payload(plan):
+def encode_payload(plan, constant_rows=None, digests=None):
+    """The payload's bytes. Format 5 (the default) needs the data section's constant
+    rows and chunk digests (`data_section`, `chunk_digests`)."""
     m, p = plan.memory, plan.provenance
+    if constant_rows is None:
+        constant_rows, data = data_section(plan.constants)
+        digests = chunk_digests(data)
     return msgpack.packb({
         "launch_mode": plan.launch_mode,
         "weights": plan.weights,
@@ -93,7 +156,8 @@ def encode_payload(plan):
         "alignment": plan.alignment,
         "arena_bytes": plan.arena_bytes,
         "tensors": [_tensor(t) for t in plan.tensors],
-        "constants": [[c.tensor, c.data] for c in plan.constants],
+        "constants": constant_rows,
+        "data_sha256": digests,
         "kernels": [_kernel(k) for k in plan.kernels],
         "launches": [_launch(l) for l in plan.launches],
         "inputs": list(plan.inputs),
@@ -116,21 +180,28 @@ def _signature(key, version, launch_mode, digest):
 
 def encode(plan, sign_key=None):
     """Plan -> bytes; `sign_key` (bytes) signs it with HMAC-SHA256."""
-    return frame(encode_payload(plan), plan.launch_mode, sign_key)
+    rows, data = data_section(plan.constants)
+    return frame(encode_payload(plan, rows, chunk_digests(data)), plan.launch_mode, sign_key, data=data)
 
 
-def frame(payload, launch_mode, sign_key=None, version=FORMAT_VERSION):
+def frame(payload, launch_mode, sign_key=None, version=FORMAT_VERSION, data=b""):
     """Payload bytes -> a plan file: magic, version, a header that states the payload's
-    size and digest (signed with `sign_key`), then the payload. The payload is not
-    looked at (fuzzers frame arbitrary bytes with it)."""
+    size and digest (signed with `sign_key`), the payload, then (format 5 on) padding
+    and the data section `data`. Neither is looked at (fuzzers frame arbitrary bytes)."""
     digest = hashlib.sha256(payload).digest()
-    header = msgpack.packb({
+    fields = {
         "launch_mode": launch_mode,
         "payload_size": len(payload),
         "payload_sha256": digest,
         "signature": _signature(sign_key, version, launch_mode, digest) if sign_key else None,
-    }, use_bin_type=True)
-    return _PREFIX.pack(MAGIC, version, len(header)) + header + payload
+    }
+    if version >= 5:
+        fields["data_size"] = len(data)
+    header = msgpack.packb(fields, use_bin_type=True)
+    out = _PREFIX.pack(MAGIC, version, len(header)) + header + payload
+    if version >= 5:
+        out += bytes(data_start(len(header), len(payload)) - len(out)) + data
+    return out
 
 
 # ---------------------------------------------------------------- decoding
@@ -214,18 +285,51 @@ def _decode_launch(r, i):
                   nodes=_strs(_check(r[4], list, f + ".nodes"), f + ".nodes"))
 
 
-def decode_payload(payload, version=FORMAT_VERSION):
+def _constants_5(rows, digests, section):
+    """Format 5's constant rows [tensor, offset, bytes] and chunk digests, checked
+    against the data section -> PlanConstants viewing it."""
+    section = memoryview(section).toreadonly()
+    _check(digests, list, "plan.data_sha256")
+    want = -(-len(section) // DATA_CHUNK)
+    if len(digests) != want:
+        raise PlanError(f"plan field data_sha256: {len(digests)} digests, the data section's "
+                        f"{len(section)} bytes need {want}")
+    for i, d in enumerate(digests):
+        if not isinstance(d, bytes) or len(d) != 32:
+            raise PlanError(f"plan field data_sha256[{i}]: expected 32 bytes")
+    consts, end = [], 0
+    for i, c in enumerate(rows):
+        f = f"constants[{i}]"
+        c = _row(c, 3, f)
+        tensor, at, n = (_check(c[j], int, f + k) for j, k in enumerate((".tensor", ".offset", ".bytes")))
+        if at % DATA_ALIGN or at < end or n < 0 or at + n > len(section):
+            raise PlanError(f"plan field {f}: bytes [{at}, {at + n}) are not an aligned range of the data "
+                            f"section ({len(section)} bytes) after the previous constant's (ending at {end})")
+        end = at + n
+        consts.append(PlanConstant(tensor, section[at:end]))
+    for k, got in enumerate(chunk_digests(section)):
+        if got != digests[k]:
+            raise PlanError(f"plan is corrupt: digest mismatch in the data section's bytes "
+                            f"[{k * DATA_CHUNK}, {min(len(section), (k + 1) * DATA_CHUNK)})")
+    return consts
+
+
+def decode_payload(payload, version=FORMAT_VERSION, section=b""):
+    """Payload bytes (and, format 5 on, the data section) -> Plan."""
     try:
         m = msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=True, **_limits(len(payload)))
     except Exception as e:  # msgpack raises ValueError, TypeError, UnicodeDecodeError, ...
         raise PlanError(f"plan payload is not valid msgpack: {e}") from None
     _check(m, dict, "payload")
-    _fields(m, PAYLOAD_FIELDS, "plan")
-    consts = []
-    for i, c in enumerate(_get(m, "constants", list)):
-        c = _row(c, 2, f"constants[{i}]")
-        consts.append(PlanConstant(_check(c[0], int, f"constants[{i}].tensor"),
-                                   _check(c[1], bytes, f"constants[{i}].data")))
+    _fields(m, PAYLOAD_FIELDS_5 if version >= 5 else PAYLOAD_FIELDS, "plan")
+    if version >= 5:
+        consts = _constants_5(_get(m, "constants", list), _get(m, "data_sha256", list), section)
+    else:
+        consts = []
+        for i, c in enumerate(_get(m, "constants", list)):
+            c = _row(c, 2, f"constants[{i}]")
+            consts.append(PlanConstant(_check(c[0], int, f"constants[{i}].tensor"),
+                                       _check(c[1], bytes, f"constants[{i}].data")))
     mem = _ints(_row(_get(m, "memory", list), 5 if version == 2 else 7, "memory"), "memory")
     if version == 2:  # no sharing: both reference bounds are the plan's own
         mem += (mem[1], mem[1])
@@ -255,8 +359,17 @@ def decode_payload(payload, version=FORMAT_VERSION):
 
 def read_header(data, trust_key=None, require_signature=False):
     """Check magic, version, header, payload size, digest and (with `trust_key`) the
-    signature. Returns (header, payload, trusted): trusted means the signature verified."""
-    if len(data) < _PREFIX.size or not data.startswith(MAGIC):
+    signature. Returns (header, payload, trusted): trusted means the signature verified.
+    The payload is bytes; `split` gives views instead, and the data section."""
+    header, payload, _, trusted = split(data, trust_key, require_signature)
+    return header, bytes(payload), trusted
+
+
+def split(data, trust_key=None, require_signature=False):
+    """`read_header`'s checks -> (header, payload, data section, trusted), the last two
+    read-only memoryviews of `data` (the data section is empty before format 5)."""
+    data = memoryview(data).toreadonly()
+    if len(data) < _PREFIX.size or data[:len(MAGIC)] != MAGIC:
         raise PlanError("not an aotplan plan (bad magic bytes)")
     _, version, hlen = _PREFIX.unpack_from(data)
     if version > MAX_SUPPORTED_VERSION:
@@ -273,14 +386,27 @@ def read_header(data, trust_key=None, require_signature=False):
     except Exception as e:
         raise PlanError(f"plan is corrupt: header is not valid msgpack ({e})") from None
     _check(header, dict, "header")
-    _fields(header, HEADER_FIELDS, "header")
+    _fields(header, HEADER_FIELDS_5 if version >= 5 else HEADER_FIELDS, "header")
     _get(header, "launch_mode", str, "header")
     size = _get(header, "payload_size", int, "header")
     digest = _get(header, "payload_sha256", bytes, "header")
     sig = _get(header, "signature", (bytes, type(None)), "header")
-    payload = data[_PREFIX.size + hlen:]
-    if len(payload) != size:
-        raise PlanError(f"plan is truncated or corrupt: payload has {len(payload)} bytes, header says {size}")
+    start = _PREFIX.size + hlen
+    if version >= 5:
+        data_size = _get(header, "data_size", int, "header")
+        if size < 0 or data_size < 0:
+            raise PlanError("plan is corrupt: negative section size in the header")
+        at = data_start(hlen, size)
+        if len(data) != at + data_size:
+            raise PlanError(f"plan is truncated or corrupt: {len(data)} bytes, the header says "
+                            f"{at + data_size}")
+        payload, section = data[start:start + size], data[at:]
+        if any(data[start + size:at]):
+            raise PlanError("plan is corrupt: the padding before the data section is not zero")
+    else:
+        payload, section = data[start:], data[:0]
+        if len(payload) != size:
+            raise PlanError(f"plan is truncated or corrupt: payload has {len(payload)} bytes, header says {size}")
     if hashlib.sha256(payload).digest() != digest:
         raise PlanError("plan is corrupt: digest mismatch")
     trusted = False
@@ -295,7 +421,7 @@ def read_header(data, trust_key=None, require_signature=False):
     elif require_signature:
         raise PlanError("plan is signed, but no trusted key is configured to check it (--trust-key or "
                         "AOTPLAN_TRUST_KEY)")
-    return header, payload, trusted
+    return header, payload, section, trusted
 
 
 def decode(data, trust_key=None, require_signature=False):
@@ -304,9 +430,10 @@ def decode(data, trust_key=None, require_signature=False):
 
 
 def decode_checked(data, trust_key=None, require_signature=False):
-    """bytes -> (Plan, trusted); see `read_header`."""
-    header, payload, trusted = read_header(bytes(data), trust_key, require_signature)
-    plan = decode_payload(payload, struct.unpack_from("<I", data, 8)[0])
+    """bytes -> (Plan, trusted); see `read_header`. The plan's constants are views of
+    `data` (keep it unchanged: bytes are)."""
+    header, payload, section, trusted = split(data, trust_key, require_signature)
+    plan = decode_payload(payload, struct.unpack_from("<I", data, 8)[0], section)
     if plan.launch_mode != header["launch_mode"]:
         raise PlanError(f"plan is corrupt: header launch mode {header['launch_mode']!r} "
                         f"!= payload launch mode {plan.launch_mode!r}")
@@ -326,9 +453,22 @@ def read_key(path):
 
 
 def read_bytes(path):
+    """A plan file's bytes, as a read-only memoryview whose first byte is DATA_ALIGN-
+    aligned in memory, so the data section's constants are aligned there too (XLA's CPU
+    client then uses their bytes in place instead of copying them)."""
     try:
         with open(path, "rb") as f:
-            return f.read()
+            size = os.fstat(f.fileno()).st_size
+            buf = np.empty(size + DATA_ALIGN, np.uint8)
+            at = -buf.ctypes.data % DATA_ALIGN
+            view = memoryview(buf[at:at + size])
+            got = f.readinto(view)
+            while got < size:  # short reads (pipes, network filesystems)
+                n = f.readinto(view[got:])
+                if not n:
+                    break
+                got += n
+            return view[:got].toreadonly()
     except OSError as e:
         raise PlanError(f"cannot read plan {path!r}: {e.strerror}") from None
 

@@ -1,4 +1,4 @@
-"""The plan schema, version 4: what the compiler decided and the executor obeys.
+"""The plan schema, version 5: what the compiler decided and the executor obeys.
 
 A plan is plain data. `aotplan.codec` turns it into bytes field by field;
 `aotplan.verify` checks one that came from outside before anything runs.

@@ -113,12 +113,25 @@ def child_replay(plan_path, native, t_py):
     import executor
 
     t_imp = time.time()
+    rss = _rss_mib()
     sess = executor.load(plan_path, trust_executables=native)
     t_load = time.time()
     out = sess.run(random_feeds(sess.input_specs))
     t_out = time.time()
     assert all(np.all(np.isfinite(v)) for v in out.values() if v.dtype.kind == "f")
-    print(json.dumps({"py": t_py, "import": t_imp, "load": t_load, "out": t_out, "source": sess.kernel_source}))
+    print(json.dumps({"py": t_py, "import": t_imp, "load": t_load, "out": t_out, "source": sess.kernel_source,
+                      "peak": _peak_mib() - rss}))
+
+
+def _rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_mib():
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def child_peer(model_path, weights_as_args, t_py):
@@ -128,6 +141,7 @@ def child_peer(model_path, weights_as_args, t_py):
     from aotplan import model_json
 
     t_imp = time.time()
+    rss = _rss_mib()
     graph, _ = model_json.load(model_path)
     step, info = make_peer(graph, weights_as_args)
     t_load = time.time()
@@ -135,7 +149,8 @@ def child_peer(model_path, weights_as_args, t_py):
     out = host_outputs(step(to_storage(random_feeds(specs), specs)), info)
     t_out = time.time()
     assert all(np.all(np.isfinite(v)) for v in out.values() if v.dtype.kind == "f")
-    print(json.dumps({"py": t_py, "import": t_imp, "load": t_load, "out": t_out, "source": "jit"}))
+    print(json.dumps({"py": t_py, "import": t_imp, "load": t_load, "out": t_out, "source": "jit",
+                      "peak": _peak_mib() - rss}))
 
 
 def child_import_only(t_py):
@@ -298,11 +313,11 @@ def latency(models, args):
         del host, device, runners, sess
 
 
-def ready_plan(path, native, feeds):
+def ready_plan(path, native, feeds, warmup=True):
     import executor
 
     t0 = time.perf_counter()
-    sess = executor.load(path, trust_executables=native)
+    sess = executor.load(path, trust_executables=native, warmup=warmup)
     t1 = time.perf_counter()
     sess.run(feeds)
     t2 = time.perf_counter()
@@ -337,6 +352,7 @@ def readiness(models, args):
     for m in models:
         variants = [("plan sink (stablehlo)", lambda: ready_plan(m.paths["sink"], False, m.feeds)),
                     ("plan sink (native)", lambda: ready_plan(m.paths["native"], True, m.feeds)),
+                    ("  same, no warm-up", lambda: ready_plan(m.paths["native"], True, m.feeds, False)),
                     ("peer jit(args)", lambda: ready_peer(m.model_path, True)),
                     ("peer jit(const)", lambda: ready_peer(m.model_path, False))]
         res = {k: [] for k, _ in variants}
@@ -348,12 +364,13 @@ def readiness(models, args):
         peer = min(med["peer jit(args)"][0], med["peer jit(const)"][0])
         for k, _ in variants:
             total, a, b, src = med[k]
-            ratio = f"{peer / total:9.1f}" if k.startswith("plan") else ""
-            target = f">={READY_TARGET:g}" if k == "plan sink (native)" else ""
+            ratio = f"{peer / total:9.1f}" if not k.startswith("peer") else ""
+            target = f">={READY_TARGET:g}" if "native" in k or "warm-up" in k else ""
             verdict = ("ok" if peer / total >= READY_TARGET else "MISS") if target else ""
             print(f"{m.name:12s} {k:22s} {fmt_s(total)} {a * 1e3:10.1f} {b * 1e3:9.1f} {src:>9s} {ratio:>9s} "
                   f"{target:>7s} {verdict:4s}", flush=True)
-    print("   peer/this: the faster peer's total over this plan's total")
+    print("   peer/this: the faster peer's total over this plan's total. 'no warm-up': executor.load(warmup=False); "
+          "its first run then pays XLA's one-time set-up of each executable (the warm-up step's cost moves there)")
 
 
 def fresh_readiness(models, args):
@@ -381,14 +398,14 @@ def fresh_readiness(models, args):
                 continue
             r = json.loads(p.stdout.strip().splitlines()[-1])
             res[(n, k)].append((r["out"] - t0, r["py"] - t0, r["import"] - r["py"], r["load"] - r["import"],
-                                r["out"] - r["load"], r["source"]))
+                                r["out"] - r["load"], r.get("peak", 0.0), r["source"]))
     print(f"{'model':12s} {'what':22s} {'total':>9s} {'py start':>9s} {'imports':>9s} {'load':>9s} "
-          f"{'1st run':>9s} {'kernels':>9s} {'peer/this':>9s} {'target':>7s} {'':4s}")
+          f"{'1st run':>9s} {'peak MiB':>9s} {'kernels':>9s} {'peer/this':>9s} {'target':>7s} {'':4s}")
     for n, k, _ in jobs:
         rs = [r for r in res[(n, k)] if r is not None]
         if not rs:
             continue
-        med = [float(np.median([r[j] for r in rs])) for j in range(5)]
+        med = [float(np.median([r[j] for r in rs])) for j in range(6)]
         ratio = target = verdict = ""
         if k.startswith("plan"):
             peers = [float(np.median([r[0] for r in res[(n, p)] if r])) for p in ("peer jit(args)", "peer jit(const)")
@@ -398,10 +415,11 @@ def fresh_readiness(models, args):
                 if k == "plan sink (native)":
                     target = f">={READY_TARGET:g}"
                     verdict = "ok" if min(peers) / med[0] >= READY_TARGET else "MISS"
-        print(f"{n:12s} {k:22s} " + " ".join(fmt_s(v) for v in med) + f" {rs[0][5]:>9s} {ratio:>9s} {target:>7s} "
-              f"{verdict:4s}", flush=True)
+        print(f"{n:12s} {k:22s} " + " ".join(fmt_s(v) for v in med[:5]) + f" {med[5]:9.0f} {rs[0][6]:>9s} "
+              f"{ratio:>9s} {target:>7s} {verdict:4s}", flush=True)
     print("   imports: import jax + executor (plans) or + aotplan.model_json (peers; the compiler is imported while "
-          "building)")
+          "building)\n   peak MiB: the process's peak resident memory over its resident memory before loading "
+          "(host memory the load and first run took)")
 
 
 def main():

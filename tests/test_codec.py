@@ -1,9 +1,11 @@
 """The plan codec: round trips, and every way a file can be wrong -> one clear error."""
 
+import dataclasses
 import hashlib
 import struct
 
 import msgpack
+import numpy as np
 import pytest
 
 from aotplan import codec
@@ -15,10 +17,21 @@ def data(examples):
     return codec.encode(examples["mlp"][1])
 
 
-def reheader(payload, version=codec.FORMAT_VERSION, launch_mode="sink"):
-    header = msgpack.packb({"launch_mode": launch_mode, "payload_size": len(payload),
-                            "payload_sha256": hashlib.sha256(payload).digest(), "signature": None})
-    return struct.pack("<8sII", codec.MAGIC, version, len(header)) + header + payload
+@pytest.fixture(scope="module")
+def section(data):
+    return bytes(codec.split(data)[2])
+
+
+def reheader(payload, version=codec.FORMAT_VERSION, launch_mode="sink", data=b""):
+    fields = {"launch_mode": launch_mode, "payload_size": len(payload),
+              "payload_sha256": hashlib.sha256(payload).digest(), "signature": None}
+    if version >= 5:
+        fields["data_size"] = len(data)
+    header = msgpack.packb(fields)
+    out = struct.pack("<8sII", codec.MAGIC, version, len(header)) + header + payload
+    if version >= 5:
+        out += bytes(codec.data_start(len(header), len(payload)) - len(out)) + data
+    return out
 
 
 def test_round_trip(examples, data):
@@ -50,32 +63,108 @@ def test_foreign_files():
 
 def test_newer_and_older_versions(data):
     payload = codec.read_header(data)[1]
-    with pytest.raises(PlanError, match=r"plan format 5 is newer than this executor \(supports 2-4\)"):
-        codec.decode(reheader(payload, version=5))
-    with pytest.raises(PlanError, match=r"plan format 1 is older than this executor supports \(2-4\); recompile"):
+    with pytest.raises(PlanError, match=r"plan format 6 is newer than this executor \(supports 2-5\)"):
+        codec.decode(reheader(payload, version=6))
+    with pytest.raises(PlanError, match=r"plan format 1 is older than this executor supports \(2-5\); recompile"):
         codec.decode(reheader(payload, version=1))
     with pytest.raises(PlanError, match="plan format 0 is older"):
         codec.decode(reheader(payload, version=0))
 
 
-def test_valid_digest_bad_fields_named(data):
+def test_valid_digest_bad_fields_named(data, section):
     payload = msgpack.unpackb(codec.read_header(data)[1], raw=False)
     good = payload["tensors"][0][7]
     payload["tensors"][0][7] = "zero"
     with pytest.raises(PlanError, match=r"tensors\[0\]\.offset: expected int, got str"):
-        codec.decode(reheader(msgpack.packb(payload, use_bin_type=True)))
+        codec.decode(reheader(msgpack.packb(payload, use_bin_type=True), data=section))
     payload["tensors"][0][7] = good
     del payload["kernels"]
     with pytest.raises(PlanError, match=r"plan\.kernels is missing"):
-        codec.decode(reheader(msgpack.packb(payload, use_bin_type=True)))
+        codec.decode(reheader(msgpack.packb(payload, use_bin_type=True), data=section))
 
 
-def test_header_payload_launch_mode_must_agree(data):
+def test_header_payload_launch_mode_must_agree(data, section):
     payload = codec.read_header(data)[1]
     with pytest.raises(PlanError, match="launch mode"):
-        codec.decode(reheader(payload, launch_mode="kernel"))
+        codec.decode(reheader(payload, launch_mode="kernel", data=section))
+
+
+# ---------------------------------------------------------------- format 5's data section
+
+def test_constants_are_aligned_read_only_views_of_the_file(examples, data):
+    plan = codec.decode(data)
+    assert plan.constants and all(isinstance(c.data, memoryview) and c.data.readonly for c in plan.constants)
+    base = np.frombuffer(data, np.uint8)
+    for c, want in zip(plan.constants, examples["mlp"][1].constants):
+        a = np.frombuffer(c.data, np.uint8)
+        assert np.shares_memory(a, base)  # no copy
+        assert (a.__array_interface__["data"][0] - base.__array_interface__["data"][0]) % codec.DATA_ALIGN == 0
+        assert bytes(c.data) == bytes(want.data)
+
+
+def test_data_section_chunk_digests_name_the_bad_bytes(examples):
+    plan = examples["mlp"][1]
+    big = dataclasses.replace(plan, constants=plan.constants + (dataclasses.replace(
+        plan.constants[0], data=bytes(range(256)) * ((codec.DATA_CHUNK + 999) // 256)),))
+    rows, section = codec.data_section(big.constants)
+    assert len(section) > codec.DATA_CHUNK and rows[-1][1] % codec.DATA_ALIGN == 0
+    raw = bytearray(codec.encode(big))
+    raw[-3] ^= 1  # in the second chunk
+    with pytest.raises(PlanError, match=rf"digest mismatch in the data section's bytes \[{codec.DATA_CHUNK}, "):
+        codec.decode(bytes(raw))
+
+
+def test_data_section_frame_errors(data, section):
+    header, payload, _, _ = codec.split(data)
+    with pytest.raises(PlanError, match="truncated or corrupt"):
+        codec.decode(data + b"\0")
+    hlen = struct.unpack_from("<I", data, 12)[0]
+    start = codec.data_start(hlen, len(payload))
+    assert start % codec.DATA_ALIGN == 0 and len(data) == start + len(section)
+    if start > 16 + hlen + len(payload):  # padding: it must be zeros
+        bad = bytearray(data)
+        bad[start - 1] = 7
+        with pytest.raises(PlanError, match="padding before the data section is not zero"):
+            codec.decode(bytes(bad))
+    m = msgpack.unpackb(bytes(payload), raw=False)
+    for row, want in (([m["constants"][0][0], 3, m["constants"][0][2]], "not an aligned range"),
+                      ([m["constants"][0][0], 0, len(section) + 64], "not an aligned range"),
+                      ([m["constants"][0][0], 0], r"expected 3 entries")):
+        m2 = msgpack.unpackb(bytes(payload), raw=False)
+        m2["constants"][-1] = row
+        with pytest.raises(PlanError, match=want):
+            codec.decode(reheader(msgpack.packb(m2, use_bin_type=True), data=section))
+    m2 = msgpack.unpackb(bytes(payload), raw=False)
+    m2["data_sha256"] = m2["data_sha256"] + [bytes(32)]
+    with pytest.raises(PlanError, match=r"data_sha256: 2 digests"):
+        codec.decode(reheader(msgpack.packb(m2, use_bin_type=True), data=section))
 
 
 def test_payload_not_msgpack():
     with pytest.raises(PlanError, match="not valid msgpack"):
         codec.decode(reheader(b"\xc1\xc1\xc1"))
+
+
+def test_file_read_once_aligned_and_weights_used_in_place(examples, tmp_path):
+    """A plan file is read into one 64-byte-aligned read-only buffer; the decoded
+    constants view it, and on CPU the constant pool's device arrays are those bytes
+    (no copy: the weights are in host memory once)."""
+    import jax
+
+    import executor
+
+    path = tmp_path / "cnn.plan"
+    path.write_bytes(codec.encode(examples["cnn"][1]))
+    raw = codec.read_bytes(str(path))
+    assert raw.readonly and np.frombuffer(raw, np.uint8).ctypes.data % codec.DATA_ALIGN == 0
+    assert bytes(raw) == path.read_bytes()
+    sess = executor.load(str(path))
+    pool = {i: a for i, a in sess._pool.items()}
+    assert pool
+    if jax.devices()[0].platform != "cpu":
+        pytest.skip("device memory is not host memory")
+    data = {c.tensor: c.data for c in sess.plan.constants}
+    for i, a in pool.items():
+        view = np.frombuffer(data[i], np.uint8)
+        assert view.ctypes.data % codec.DATA_ALIGN == 0
+        assert a.unsafe_buffer_pointer() == view.ctypes.data, sess.plan.tensors[i].name

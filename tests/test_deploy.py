@@ -97,21 +97,20 @@ def test_signed_plans(native_plan, tmp_path):
     with pytest.raises(PlanError, match="no trusted key"):
         executor.load(signed, require_signature=True)
     # one byte of the payload changed and the digest recomputed: the signature catches it
-    data = bytearray(open(signed, "rb").read())
-    header, payload, _ = codec.read_header(bytes(data))
-    forged = dataclasses.replace(codec.decode_payload(payload), weights="pool")
+    data = open(signed, "rb").read()
+    header, payload, section, _ = codec.split(data)
+    forged = dataclasses.replace(codec.decode_payload(payload, codec.FORMAT_VERSION, section), weights="pool")
     forged = dataclasses.replace(forged, planner=forged.planner + " ")
-    raw = codec.encode(forged)
-    prefix = 16 + int.from_bytes(raw[12:16], "little")
-    import hashlib
-
+    rows, blob = codec.data_section(forged.constants)
+    payload = codec.encode_payload(forged, rows, codec.chunk_digests(blob))
     import msgpack
-    h = msgpack.unpackb(raw[16:prefix])
-    h["signature"] = header["signature"]
-    h["payload_sha256"] = hashlib.sha256(raw[prefix:]).digest()
+    h = codec.split(codec.frame(payload, forged.launch_mode, data=blob))[0]
+    h["signature"] = header["signature"]  # the signed plan's signature, over the forged payload's digest
     hb = msgpack.packb(h, use_bin_type=True)
+    raw = data[:12] + len(hb).to_bytes(4, "little") + hb + payload
+    raw += bytes(codec.data_start(len(hb), len(payload)) - len(raw)) + blob
     forged_path = tmp_path / "forged.plan"
-    forged_path.write_bytes(raw[:12] + len(hb).to_bytes(4, "little") + hb + raw[prefix:])
+    forged_path.write_bytes(raw)
     with pytest.raises(PlanError, match="signature does not verify"):
         executor.load(str(forged_path), trust_key=KEY)
 

@@ -47,7 +47,7 @@ FAMILIES = ("bytes", "struct", "targeted")
  T_PADDING) = range(13)
 K_NAME, K_EXPORTED, K_WS, K_NOFF, K_FEEDS, K_RETURNS, K_NATIVE = range(7)
 L_KERNEL, L_NODE, L_READS, L_WRITES, L_NODES = range(5)
-ROWS = {"tensors": 13, "kernels": 7, "launches": 5, "constants": 2}
+ROWS = {"tensors": 13, "kernels": 7, "launches": 5, "constants": 3}
 FIXED = ("memory", "provenance")  # fixed-length lists
 
 
@@ -64,6 +64,11 @@ class Seed:
     @property
     def payload(self):
         return codec.read_header(self.data)[1]
+
+    @property
+    def section(self):
+        """The data section (format 5 on: the constants' bytes)."""
+        return bytes(codec.split(self.data)[2])
 
 
 def _arena_weights(plan):
@@ -119,13 +124,14 @@ class Case:
         return f"{self.family}/{self.mutator}" + (f" ({self.note})" if self.note else "")
 
 
-def frame(obj, launch_mode=None, sign_key=None, raw=None):
-    """A payload object (or `raw` payload bytes) -> a plan file with a valid header."""
+def frame(obj, launch_mode=None, sign_key=None, raw=None, data=b""):
+    """A payload object (or `raw` payload bytes) and a data section -> a plan file with
+    a valid header."""
     payload = raw if raw is not None else msgpack.packb(obj, use_bin_type=True)
     if launch_mode is None:
         launch_mode = obj.get("launch_mode") if isinstance(obj, dict) else None
         launch_mode = launch_mode if isinstance(launch_mode, str) and len(launch_mode) < 100 else "sink"
-    return codec.frame(payload, launch_mode, sign_key)
+    return codec.frame(payload, launch_mode, sign_key, data=data)
 
 
 # ---------------------------------------------------------------- byte level
@@ -213,10 +219,15 @@ def _b_header(rng, d):
     """One header field rewritten; the payload unchanged."""
     hl = struct.unpack_from("<I", d, 12)[0]
     header = msgpack.unpackb(d[16:16 + hl], raw=False)
-    payload = d[16 + hl:]
-    field = rng.choice(["payload_size", "payload_sha256", "signature", "launch_mode", "extra", "missing"])
+    size = header["payload_size"]
+    payload, data = d[16 + hl:16 + hl + size], d[codec.data_start(hl, size):]
+    field = rng.choice(["payload_size", "payload_sha256", "signature", "launch_mode", "extra", "missing",
+                        "data_size"])
     certain, match = True, None
-    if field == "payload_size":
+    if field == "data_size":
+        header[field] = rng.choice([header[field] + 1, header[field] - 1, header[field] + 64, 0, -1, 2**63, "1",
+                                    None])
+    elif field == "payload_size":
         header[field] = rng.choice([header[field] + 1, header[field] - 1, 0, -1, 2**63, 2**64 - 1, "12", 1.5, None,
                                     True])
     elif field == "payload_sha256":
@@ -234,7 +245,8 @@ def _b_header(rng, d):
     else:
         del header[rng.choice(sorted(header))]
     h = msgpack.packb(header, use_bin_type=True)
-    return struct.pack("<8sII", codec.MAGIC, codec.FORMAT_VERSION, len(h)) + h + payload, certain, match
+    out = struct.pack("<8sII", codec.MAGIC, codec.FORMAT_VERSION, len(h)) + h + payload
+    return out + bytes(codec.data_start(len(h), size) - len(out)) + data, certain, match
 
 
 def _b_splice(rng, d, other):
@@ -484,19 +496,20 @@ def struct_case(rng, seed):
     path = rng.choice(paths)
     r = rng.random()
     if r < 0.03:
-        return Case("struct", "nest", frame(None, seed.plan.launch_mode, seed.trust_key, raw=_nest(rng, m, path)),
-                    True, note=_fmt_path(path))
+        return Case("struct", "nest", frame(None, seed.plan.launch_mode, seed.trust_key, raw=_nest(rng, m, path),
+                                            data=seed.section), True, note=_fmt_path(path))
     if r < 0.15:
         return Case("struct", "raw_splice", frame(None, seed.plan.launch_mode, seed.trust_key,
-                                                  raw=_raw_splice(rng, m, path)), False, note=_fmt_path(path))
+                                                  raw=_raw_splice(rng, m, path), data=seed.section), False,
+                    note=_fmt_path(path))
     if r < 0.30:
         return Case("struct", "payload_bits", frame(None, seed.plan.launch_mode, seed.trust_key,
-                                                    raw=_payload_bits(rng, seed)), False)
+                                                    raw=_payload_bits(rng, seed), data=seed.section), False)
     op = rng.choice(list(STRUCT_OPS))
     if op in _APPLIES:
         path = rng.choice([p for p in paths if _type_class(_get(m, p)) in _APPLIES[op]])
     m, certain = STRUCT_OPS[op](rng, m, path)
-    return Case("struct", op, frame(m, sign_key=seed.trust_key), certain, note=_fmt_path(path))
+    return Case("struct", op, frame(m, sign_key=seed.trust_key, data=seed.section), certain, note=_fmt_path(path))
 
 
 def _fmt_path(path):
@@ -651,9 +664,17 @@ def _t_constant_data(rng, m, plan):
     if not plan.constants:
         return None
     c = rng.randrange(len(plan.constants))
-    d = m["constants"][c][1]
-    m["constants"][c][1] = rng.choice([d[:-1], d + b"\0", b"", d[:len(d) // 2]]) if d else b"\0"
-    return True, rf"constant {_name(plan, plan.constants[c].tensor)}: \d+ bytes of data"
+    row = m["constants"][c]  # [tensor, offset, bytes] in the data section
+    how = rng.choice(["short", "long", "empty", "half", "misaligned", "beyond"])
+    if how == "misaligned":
+        row[1] += rng.choice([1, 4, 32])
+    elif how == "beyond":
+        row[1] = 1 << 40
+    else:
+        n = row[2]
+        row[2] = {"short": n - 1, "long": n + 1, "empty": 0, "half": n // 2}[how] if n else 1
+    return True, (rf"constant {_name(plan, plan.constants[c].tensor)}: \d+ bytes of data"
+                  r"|constants\[\d+\]: bytes \[-?\d+, \d+\) are not an aligned range")
 
 
 def _t_shape(rng, m, plan):
@@ -809,7 +830,7 @@ def targeted_case(rng, seed, name=None):
         r = TARGETED[mut](rng, m, seed.plan)
         if r is not None:
             certain, match = r
-            return Case("targeted", mut, frame(m, sign_key=seed.trust_key), certain, match)
+            return Case("targeted", mut, frame(m, sign_key=seed.trust_key, data=seed.section), certain, match)
         if name:
             raise ValueError(f"mutator {name} does not apply to {seed.name}")
 

@@ -69,7 +69,7 @@ def _payload(name="transformer"):
 def _refused(m, match, name="transformer"):
     seed = BY_NAME[name]
     with pytest.raises(PlanError, match=match):
-        pm.check(pm.frame(m, sign_key=seed.trust_key), seed)
+        pm.check(pm.frame(m, sign_key=seed.trust_key, data=seed.section), seed)
 
 
 def _tensor(plan, name):
