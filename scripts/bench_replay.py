@@ -129,9 +129,13 @@ def _rss_mib():
 
 
 def _peak_mib():
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident memory of this process image (VmHWM; ru_maxrss would carry the
+    parent's peak across fork and exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def child_peer(model_path, weights_as_args, t_py):
