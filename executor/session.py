@@ -12,6 +12,7 @@ arrays of the storage dtype skips this) and the returned outputs (XLA allocates 
 program's results); offsets and constants were placed at load.
 """
 
+import dataclasses
 import logging
 import os
 import threading
@@ -65,6 +66,12 @@ def enable_cache(cache_dir):
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+def _host_is_device(device):
+    """Whether the device's memory is the host's (on CPU, XLA uses a plan's weight bytes
+    in place: the constant pool is those bytes)."""
+    return device.platform == "cpu"
+
+
 def _host_platform(device):
     p = device.platform
     return "cuda" if p == "gpu" else p
@@ -80,7 +87,10 @@ class Session:
     crashed a child process.
 
     Threads: `run` may be called from several threads; steps are serialized (one
-    lock per session: the arena is one buffer), each caller gets its own outputs."""
+    lock per session: the arena is one buffer), each caller gets its own outputs.
+
+    `plan`: the verified plan. On a device whose memory is not the host's (a GPU), its
+    `constants` are dropped once placed, so the host does not keep the weights too."""
 
     def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None):
         t0 = time.perf_counter()
@@ -160,6 +170,13 @@ class Session:
             consts = [put(host_const(i)) for i in arena_consts]
             self._arena = self._kernels[plan.place_kernel](self._arena, *consts)
             del consts
+        if not _host_is_device(self.device):
+            # The device holds the weights now: keep no host copy of them (the plan's
+            # constants view the file's bytes, which would otherwise stay for the
+            # session's life: a second copy of every weight in the host's memory).
+            jax.block_until_ready((self._arena, list(self._pool.values())))
+            del data
+            self.plan = plan = dataclasses.replace(plan, constants=())
         if warmup:
             progress("running a warm-up step")
             zeros = {t.name: np.zeros(t.shape, dtypes.np_dtype(t.dtype)) for t in self._inputs}

@@ -128,3 +128,26 @@ def test_nan_and_inf_pass_through(mode_examples, mode):
     clean = random_feeds(graph, 9)
     for k, v in sess.run(clean).items():
         np.testing.assert_allclose(v, reference.evaluate(graph, clean)[k], rtol=1e-5, atol=1e-6)
+
+
+def test_weights_leave_host_memory_once_on_a_separate_device(examples, tmp_path, monkeypatch):
+    """Where device memory is not host memory, the session drops its host copy of the
+    weights once they are placed (here the CPU plays such a device) and still runs."""
+    from aotplan import codec
+    from executor import session as session_mod
+
+    import executor
+
+    graph, plan, sess = examples["cnn"]
+    path = tmp_path / "cnn.plan"
+    path.write_bytes(codec.encode(plan))
+    monkeypatch.setattr(session_mod, "_host_is_device", lambda device: False)
+    apart = executor.load(str(path))
+    assert apart.plan.constants == () and plan.constants
+    feeds = random_feeds(graph, 5)
+    want = sess.run(feeds)
+    got = apart.run(feeds)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    monkeypatch.undo()
+    assert executor.load(str(path)).plan.constants  # on CPU they are the pool's bytes: kept
