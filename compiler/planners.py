@@ -9,6 +9,7 @@ of `alignment`). Registered by name in `PLANNERS`:
   exact              branch and bound when at most EXACT_MAX_INTERVALS tensors have
                      bytes (at most EXACT_NODE_BUDGET search nodes), else greedy_by_size
   best               every member of PORTFOLIO; the smallest arena, ties to the earlier
+                     (a member that can no longer win is cut short)
 
 Two tensors conflict when their closed step ranges intersect and both have bytes;
 zero-byte tensors conflict with nothing and go to offset 0 (except under `naive`).
@@ -17,19 +18,46 @@ input permutes the output alike (ties end with the tensor id). The greedy planne
 `exact` never exceed `naive`'s arena: a tensor goes into a gap or onto the conflicting
 tensors below it, never above the sum of the aligned sizes placed so far.
 
-The greedy planners share one engine (`_Engine`): tensors are placed in a given order,
-each into the smallest gap that holds it between the already placed tensors that
-conflict with it (the lowest such gap on ties), else above the highest of them; a gap
-starts at the aligned end of the tensor below it. The conflicting tensors' bytes come
-from a segment tree over time holding merged byte runs, so a tensor costs O(log steps)
-list operations plus the runs in the lists it reads, and a stack of tensors live at
-once is read as one run however many they are. Where the conflicting tensors leave
-many separate gaps (say 1,000 long-lived inputs among short tensors), each tensor still
-scans them, as any exact best fit must without an index of gaps by size; TFLite scans
-every placed tensor (O(n^2)). scripts/bench_planners.py measures both kinds.
+The greedy planners share one engine, `_place` over a `_Layout` (everything that does
+not depend on the order, built once per set and shared by `best`'s members): tensors are
+placed in a given order, each into the smallest gap that holds it between the already
+placed tensors that conflict with it (the lowest such gap on ties), else above the
+highest of them. A gap starts at the aligned end of the tensor below it, so offsets and
+gaps are multiples of the alignment and the engine counts in units of it.
+
+Time is the distinct first steps (leaves of a segment tree). A tensor about to be placed
+over leaves lo..hi (a query) conflicts with the placed tensors live at lo and those that
+start in lo + 1..hi. They are kept as merged byte runs in lists that the query unions:
+the runs of the tensors with a given canonical node (live at lo: the ancestors of leaf
+lo), and the runs of the tensors that start at a leaf, or under an internal node
+(gathered lazily, where a query over _SHORT leaves or more will read them). So a tensor
+costs O(log steps) list operations (and a bounded number of copies, on average, into the
+structures below) plus the runs in the lists it reads, and a stack of tensors live at
+once is read as one run however many they are. Some sets have shapes that
+would still make the union long, and get structures of their own (`_Layout` picks them
+from the set, by counts; only the speed depends on them, never the offsets):
+
+  every  tensors live over every leaf: one list, in every query
+  hub    tensors live at the leaf where most are (a stack of 100,000 read at the end),
+         when few others meet them: a query over that leaf reads their union whole, the
+         others pick them out of a list
+  cut    many long-lived tensors among short ones (1,000 inputs read along a chain): the
+         union of those that cover a stretch of leaves, with an index of its gaps by
+         size, so a query reads the few other runs, and the gaps they touch, instead of
+         every gap (it finds the best untouched gap in the index)
+  join   a leaf where many long queries end (the concat of 256 branches): the union of
+         what is live there; such a query merges its lists into it, skipping what it
+         covers, and leaves out the lists whose tensors all reach the join
+
+TFLite scans every placed tensor (O(n^2)). scripts/bench_planners.py measures these
+kinds of sets; tests/test_planners.py checks every path against a direct transcription
+of TFLite.
 """
 
-from bisect import bisect_left, bisect_right
+import gc
+from bisect import bisect_left, bisect_right, insort
+from contextlib import contextmanager
+from operator import add
 
 import numpy as np
 
@@ -43,6 +71,19 @@ def register(name):
         PLANNERS[name] = fn
         return fn
     return deco
+
+
+@contextmanager
+def _no_gc():
+    """Planning allocates many small lists and no reference cycles: collections would
+    only walk the caller's objects (the intervals) again and again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def arena_size(ivs, offsets, alignment):
@@ -61,8 +102,14 @@ def naive(ivs, alignment):
     return offsets
 
 
+def _naive_arena(cols, alignment):
+    """`naive`'s arena without placing: the sum of the aligned sizes."""
+    size = cols[2]
+    return int((-(-size // alignment) * alignment).sum())
+
+
 # ---------------------------------------------------------------------------------------
-# The best-fit placement engine
+# Runs of bytes
 
 
 def _union_into(runs, a, b):
@@ -75,6 +122,64 @@ def _union_into(runs, a, b):
         runs[i:j] = [] if j & 1 else [2 * b]
     else:
         runs[i:j] = [2 * a + 1] if j & 1 else [2 * a + 1, 2 * b]
+
+
+def _merge_events(events):
+    """Sorted tagged boundaries of possibly overlapping runs -> their union (tagged runs)."""
+    out, depth = [], 0
+    for e in events:
+        if e & 1:
+            if not depth:
+                if out and out[-1] == e - 1:  # touches the run before
+                    out.pop()
+                else:
+                    out.append(e)
+            depth += 1
+        else:
+            depth -= 1
+            if not depth:
+                out.append(e)
+    return out
+
+
+def _add_ranges(runs, ranges):
+    """`runs` (tagged, or None for none) plus the byte ranges [a0, b0, a1, b1, ...]: the
+    ranges are merged among themselves first (they often overlap), then added."""
+    if runs is None:
+        runs = []
+    if len(ranges) > 4:
+        if len(ranges) > _NUMPY_RANGES:
+            new = _merge_ranges_np(ranges)
+        else:
+            events = []
+            for k in range(0, len(ranges), 2):
+                events += (2 * ranges[k] + 1, 2 * ranges[k + 1])
+            events.sort()
+            new = _merge_events(events)
+        if not runs:
+            return new
+        if len(new) > len(runs):
+            runs, new = new, runs
+        for k in range(0, len(new), 2):
+            _union_into(runs, new[k] >> 1, new[k + 1] >> 1)
+        return runs
+    for k in range(0, len(ranges), 2):
+        _union_into(runs, ranges[k], ranges[k + 1])
+    return runs
+
+
+def _merge_ranges_np(ranges):
+    """The union of the byte ranges [a0, b0, a1, b1, ...] as tagged runs, by numpy."""
+    pairs = np.array(ranges, dtype=np.int64).reshape(-1, 2)
+    pairs = pairs[np.argsort(pairs[:, 0], kind="stable")]
+    reach = np.maximum.accumulate(pairs[:, 1])
+    new = np.flatnonzero(pairs[1:, 0] > reach[:-1]) + 1  # the ranges that start a run
+    heads = np.concatenate(([0], new))
+    tails = np.concatenate((new - 1, [len(pairs) - 1]))
+    out = np.empty(2 * len(heads), dtype=np.int64)
+    out[0::2] = 2 * pairs[heads, 0] + 1
+    out[1::2] = 2 * reach[tails]
+    return out.tolist()
 
 
 def _best_gap(runs, size):
@@ -91,9 +196,10 @@ def _best_gap(runs, size):
     return best if best >= 0 else prev
 
 
-_NUMPY_EVENTS = 128  # boundaries; past this many a union of lists goes through numpy
+_NUMPY_EVENTS = 1024  # boundaries; past this many a union of lists goes to _best_gap_many
 _SKIP_EVENTS = 1024  # past this many, first try merging list by list, skipping covered runs
 _SKIP_BUDGET = 32  # runs merged (not skipped) before giving that up for numpy
+_NUMPY_RANGES = 128  # range ends; past this many a batch of ranges is merged by numpy
 
 
 def _best_gap_many(lists, size):
@@ -152,244 +258,618 @@ def _best_gap_np(events, size):
     return int(ends[k - 1]) if k else 0
 
 
-class _Engine:
-    """Placed tensors as rectangles (steps x bytes), for the query "the runs of bytes of
-    the placed tensors that conflict with this one".
+# Runs with an index of their gaps by size: `index` holds, for each finite gap [g, g + n)
+# of `runs` (from 0; the space above the last run is not a gap), the key n << shift | g,
+# sorted, so keys order gaps as the best fit does: smaller first, then lower.
 
-    Time is the distinct first steps of the tensors with bytes (leaf k of a segment tree:
-    the k-th); a tensor covers the leaves of the first steps in its range, and two
-    tensors conflict iff their leaf ranges meet (closed step ranges intersect iff one
-    contains the other's first step). Runs are kept merged (`_union_into`). Per tree:
 
-      full[v]   runs of the tensors that have v among their canonical nodes
-      touch[v]  (nodes at height >= PUSH_HEIGHT) runs of the tensors with a canonical
-                node under v; kept only while a tensor still to come has v as one
+def _index_gaps(runs, shift):
+    keys, prev = [], 0
+    for k in range(0, len(runs), 2):
+        gap = (runs[k] >> 1) - prev
+        if gap:
+            keys.append(gap << shift | prev)
+        prev = runs[k + 1] >> 1
+    keys.sort()
+    return keys
 
-    A query reads, per canonical node c of its range, touch[c] (high c) or full of each
-    node under c (low c), plus full of the strict ancestors of its two end leaves (the
-    tensors covering an ancestor of c), walking only nodes canonical for some tensor
-    (`up`). Alongside: `every` (tensors covering every leaf), `placed` (all so far) and
-    `hot` (those live at the leaf where most tensors are, which have a tree of their
-    own). A query whose range holds the hot leaf reads `hot` instead of that tree; one
-    that every placed tensor meets reads `placed` alone; tensors enter a tree only
-    before a query reads it (`pending`). So a stack of tensors live at once is read as
-    one merged list, not as the tree's pieces of it (which would make planning them
-    quadratic). The union of several lists is merged by a sort, numpy, or list by
-    list skipping what is already covered (`_best_gap_many`)."""
 
-    PUSH_HEIGHT = 3
+def _insert_indexed(runs, index, shift, a, b):
+    """Add [a, b) to `runs` and keep `index` in step. [a, b) is disjoint from the runs
+    (the tensors of one materialized union are all live at once), so it lies in one gap,
+    which it splits or closes; were it not, the union is taken and the index rebuilt."""
+    i = bisect_right(runs, 2 * a + 1)  # the runs that start at or before a
+    n = len(runs)
+    g0 = runs[i - 1] >> 1 if i else 0
+    if i & 1 or (i < n and b > runs[i] >> 1):
+        _union_into(runs, a, b)
+        index[:] = _index_gaps(runs, shift)
+        return
+    left = i and g0 == a  # touches the run below
+    if i == n:  # above the last run
+        if left:
+            runs[-1] = 2 * b
+        else:
+            runs += (2 * a + 1, 2 * b)
+            if a > g0:
+                insort(index, (a - g0) << shift | g0)
+        return
+    g1 = runs[i] >> 1
+    del index[bisect_left(index, (g1 - g0) << shift | g0)]
+    if left:
+        if b == g1:  # closes the gap: the two runs become one
+            del runs[i - 1:i + 1]
+        else:
+            runs[i - 1] = 2 * b
+            insort(index, (g1 - b) << shift | b)
+    elif b == g1:
+        runs[i] = 2 * a + 1
+        if a > g0:
+            insort(index, (a - g0) << shift | g0)
+    else:
+        runs[i:i] = (2 * a + 1, 2 * b)
+        if a > g0:
+            insort(index, (a - g0) << shift | g0)
+        insort(index, (g1 - b) << shift | b)
 
-    def __init__(self, ivs, alignment):
+
+def _best_gap_indexed(runs, index, shift, lists, size):
+    """`_best_gap` of the union of `runs` (indexed) and the run lists `lists`, whose runs
+    lie in the gaps of `runs` or above them (they may touch them, not overlap them). The
+    gaps that those runs fall into are read piece by piece; the best of the others is
+    the first untouched key of the index from `size` up."""
+    events = []
+    for extra in lists:
+        events += extra
+    events.sort()
+    n = len(runs)
+    best, touched = -1, []
+    cur, g1 = -1, -1  # where the free piece at hand starts (-1: none yet); the end of its gap (-1: no end)
+    depth = 0
+    for e in events:
+        if e & 1:
+            if not depth:
+                a = e >> 1
+                if cur < 0 or 0 <= g1 <= a:  # a run in another gap: close the one at hand
+                    if cur >= 0 and g1 - cur >= size:
+                        key = (g1 - cur) << shift | cur
+                        if best < 0 or key < best:
+                            best = key
+                    i = bisect_right(runs, 2 * a + 1)
+                    cur = runs[i - 1] >> 1 if i else 0
+                    g1 = runs[i] >> 1 if i < n else -1
+                    touched.append(cur)
+                if a - cur >= size:
+                    key = (a - cur) << shift | cur
+                    if best < 0 or key < best:
+                        best = key
+            depth += 1
+        else:
+            depth -= 1
+            if not depth:
+                cur = e >> 1
+    top = runs[-1] >> 1 if n else 0
+    if cur >= 0:
+        if g1 < 0:
+            top = cur
+        elif g1 - cur >= size:
+            key = (g1 - cur) << shift | cur
+            if best < 0 or key < best:
+                best = key
+    mask = (1 << shift) - 1
+    for i in range(bisect_left(index, size << shift), len(index)):
+        key = index[i]
+        if 0 <= best <= key:
+            break
+        if key & mask not in touched:
+            best = key
+            break
+    return best & mask if best >= 0 else top
+
+
+# ---------------------------------------------------------------------------------------
+# The best-fit placement engine
+
+_SHORT = 64  # leaves; a query over fewer reads the start lists of its leaves one by one
+_CUT_PUSHES = 1.25  # materialized copies per tensor the cut may cost (see _Layout)
+_CUT_COVER = 32  # tensors above the cut live at a leaf, on average, for it to pay off...
+_CUT_SHARE = 0.1  # ...if they are this share of the tree at most (few long-lived among many short)
+_START_ADDS = 8  # additions into gathered start runs per tensor, at most (see _start_cap)
+_INDEXED_RUNS = 32  # runs in a materialized union from which its gap index is used...
+_INDEXED_EXTRA = 2  # ...if it has this many times the boundaries of the other lists, at least
+_HUB_MIN = 64  # tensors live at the hub leaf, at least, to keep them apart
+_HUB_FILTER = 16  # (tensors live at the hub) x (others that meet them) per tensor, at most
+_JOIN_MIN = 32  # long queries ending at a leaf for the union of the tensors live there to be kept...
+_JOIN_SHARE = 16  # ...if at least 1 / _JOIN_SHARE of the tensors end at such leaves
+
+
+def _decompose(lo, hi, n_leaves):
+    """Canonical nodes of the leaf ranges [lo[k], hi[k]] (int64 arrays, lo <= hi) in a
+    segment tree over n_leaves leaves (a power of 2; node v has children 2v and 2v + 1,
+    leaf p is node n_leaves + p): (owner k, node, height) arrays."""
+    left, right = lo + n_leaves, hi + n_leaves + 1
+    owner = np.arange(len(lo))
+    out, height = [], 0
+    while len(owner):
+        take = (left & 1).astype(bool)
+        out.append((owner[take], left[take], np.full(take.sum(), height)))
+        left = left + take
+        take = (right & 1).astype(bool)
+        right = right - take
+        out.append((owner[take], right[take], np.full(take.sum(), height)))
+        left, right, height = left >> 1, right >> 1, height + 1
+        keep = left < right
+        owner, left, right = owner[keep], left[keep], right[keep]
+    if not out:
+        return (np.zeros(0, np.int64),) * 3
+    return tuple(np.concatenate(part) for part in zip(*out))
+
+
+def _csr(owner, values, n):
+    """Values grouped by owner (0 <= owner < n): (pointers, values) as lists."""
+    order = np.argsort(owner, kind="stable")
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(owner, minlength=n), out=ptr[1:])
+    return ptr.tolist(), values[order].tolist()
+
+
+def _up_pointers(marked):
+    """For each node of a segment tree (bool array over nodes 0 .. 2n - 1), its nearest
+    strict ancestor that is marked, or 0."""
+    up = np.zeros(len(marked), np.int64)
+    width = 2
+    while width < len(marked):
+        v = np.arange(width, 2 * width)
+        p = v >> 1
+        up[v] = np.where(marked[p], p, up[p])
+        width *= 2
+    return up.tolist()
+
+
+class _Layout:
+    """What the engine needs that does not depend on the order of placement (both greedy
+    planners, and `best`'s members, share it), and the choice of structures (see the
+    module docstring), by counts over the set.
+
+    Time is the distinct first steps of the tensors with bytes (leaf k of a segment tree,
+    node n_leaves + k; node v has children 2v and 2v + 1); a tensor covers the leaves of
+    the first steps in its range, and two tensors conflict iff their leaf ranges meet.
+    Tensors by kind:
+
+      0  no bytes (or never live): offset 0
+      1  `every`: covers every leaf
+      2  `hub`: live at the leaf where most tensors are, when that leaf has _HUB_MIN of
+         them and (their count) x (the others that meet them) <= _HUB_FILTER per tensor
+      3  the tree: in the runs of its canonical nodes below the cut (`cnodes`, read by
+         the walk up from a leaf, `up`), of the cut's nodes it covers (`cut_a`..`cut_b`),
+         of the joins it covers, and in the start runs of its first leaf and of the
+         gathering nodes above it (`sup`; `need`: the queries still to read them)
+
+    The cut is the lowest height whose copies stay within _CUT_PUSHES per tensor, taken
+    if on average _CUT_COVER tensors or more are live at a leaf above it and the tensors
+    above it are at most _CUT_SHARE of the tree (else the runs below the cut are many
+    too, and the index does not pay). Joins are the
+    leaves where _JOIN_MIN long queries end, if 1 / _JOIN_SHARE of the tensors end at
+    such leaves and their unions cost at most one copy per tensor in all. A query over
+    _SHORT leaves or more reads the start runs of the canonical nodes of lo + 1..hi
+    (`snodes`), none above a height (`_start_cap`): one above it is read as its
+    descendants at that height. An internal node's start runs come in two parts, those
+    that reach the first join after the node (`node_join`) and the others: a query over
+    that join reads only the others."""
+
+    def __init__(self, cols, alignment):
+        first, last, size, _ = cols
+        n = len(size)
         self.alignment = alignment
-        first, last, size, _ = _columns(ivs)
-        live = (size > 0) & (first <= last)
-        points = np.unique(first[live])
-        n = 1
-        while n < len(points):
-            n *= 2
-        self.size, self.n_points = n, len(points)
-        self.sizes = size.tolist()
-        lo = (np.searchsorted(points, first) + n).tolist()
-        hi = (np.searchsorted(points, last, "right") - 1 + n).tolist()
-        self.window = [(a, b) if ok else None for a, b, ok in zip(lo, hi, live.tolist())]
+        ids = np.flatnonzero((size > 0) & (first <= last))
+        self.n_live = len(ids)
+        points = np.unique(first[ids])
+        n_points = len(points)
+        n_leaves = 1
+        while n_leaves < n_points:
+            n_leaves *= 2
+        self.n_leaves = n_leaves
+        lo = np.searchsorted(points, first[ids])
+        hi = np.searchsorted(points, last[ids], "right") - 1
+        aligned = -(-size[ids] // alignment) * alignment
+        self.shift = int(aligned.sum() // alignment).bit_length() + 1  # gap starts (units) < 2 ** shift
+        delta = np.zeros(n_points + 1, np.int64)  # live bytes per leaf, as differences
+        np.add.at(delta, lo, aligned)
+        np.add.at(delta, hi + 1, -aligned)
+        self.lower_bound = int(np.cumsum(delta).max()) if n_points else 0
+        # the hub: the leaf where most tensors are live
+        count = np.zeros(n_points + 1, np.int64)
+        np.add.at(count, lo, 1)
+        np.add.at(count, hi + 1, -1)
+        hub = int(np.argmax(np.cumsum(count))) if n_points else 0
+        at_hub = (lo <= hub) & (hi >= hub)
+        kind = np.full(len(ids), 3)
+        if at_hub.any():
+            others = ~at_hub & (hi >= lo[at_hub].min()) & (lo <= hi[at_hub].max())
+            n_hub, n_others = int(at_hub.sum()), int(others.sum())
+            if n_hub >= _HUB_MIN and n_hub * n_others <= _HUB_FILTER * len(ids):
+                kind[at_hub] = 2
+        self.hub = n_leaves + hub if (kind == 2).any() else 0  # a leaf node, or 0: none
+        kind[(lo == 0) & (hi == n_points - 1)] = 1
+        kinds = np.zeros(n, np.int64)
+        kinds[ids] = kind
+        kinds = kinds.tolist()
+        los, his = np.zeros(n, np.int64), np.zeros(n, np.int64)  # as leaf nodes
+        los[ids], his[ids] = n_leaves + lo, n_leaves + hi
+        los, his = los.tolist(), his.tolist()
+        # joins: leaves where many long queries end (say the concat of many branches)
+        tree = kind == 3
+        longq = tree & (hi - lo >= _SHORT)
+        ending = np.bincount(hi[longq], minlength=n_points)
+        live_tree = np.zeros(n_points + 1, np.int64)
+        np.add.at(live_tree, lo[tree], 1)
+        np.add.at(live_tree, hi[tree] + 1, -1)
+        live_tree = np.cumsum(live_tree)[:-1]
+        joins = np.flatnonzero(ending >= _JOIN_MIN)
+        joins = joins[np.argsort(-ending[joins], kind="stable")]
+        joins = np.sort(joins[np.cumsum(live_tree[joins]) <= len(ids)])
+        if ending[joins].sum() * _JOIN_SHARE < len(ids):
+            joins = joins[:0]  # too few queries over them to pay for keeping their unions
+        joins += n_leaves  # as leaf nodes
+        self.joins = joins.tolist()
+        j0, j1 = np.zeros(n, np.int64), np.zeros(n, np.int64)  # the joins a tensor covers: joins[j0:j1]
+        j0[ids[tree]] = np.searchsorted(joins, n_leaves + lo[tree])
+        j1[ids[tree]] = np.searchsorted(joins, n_leaves + hi[tree], "right")
+        query_join = np.full(n, 2 * n_leaves + 1)  # the last join a tensor covers, or above all nodes
+        over = j1 > j0
+        query_join[over] = joins[j1[over] - 1]
+        j0, j1 = j0.tolist(), j1.tolist()
+        # the tree: canonical nodes, and the cut
+        tree = np.flatnonzero(tree)
+        owner, node, height = _decompose(lo[tree], hi[tree], n_leaves)
+        owner = ids[tree][owner]  # positions in the table
+        per_height = np.bincount(height, minlength=n_leaves.bit_length() + 1)
+        cut = None
+        for h in range(1, n_leaves.bit_length() - 1):
+            copies = sum(int(c) << (g - h) for g, c in enumerate(per_height[h:].tolist(), h))
+            if copies <= _CUT_PUSHES * max(len(tree), 1):
+                cover = sum(int(c) << g for g, c in enumerate(per_height[h:].tolist(), h))
+                above = len(np.unique(owner[height >= h]))
+                if cover >= _CUT_COVER * n_points and above <= _CUT_SHARE * len(tree):
+                    cut = h
+                break
+        self.cut = cut
+        low = height < cut if cut is not None else np.ones(len(node), bool)
+        cptr, self.cnodes = _csr(owner[low], node[low], n)
+        # above the cut: the nodes at height `cut` that the tensor covers, one stretch
+        cut_a, cut_b = [0] * n, [0] * n
+        if cut is not None and not low.all():
+            high = ~low
+            d = height[high] - cut
+            a, b = node[high] << d, (node[high] + 1) << d
+            first_a = np.full(n, 1 << 62)
+            last_b = np.zeros(n, np.int64)
+            np.minimum.at(first_a, owner[high], a)
+            np.maximum.at(last_b, owner[high], b)
+            has = last_b > 0
+            first_a[~has] = 0
+            cut_a, cut_b = first_a.tolist(), last_b.tolist()
+        marked = np.zeros(2 * n_leaves, bool)
+        marked[node[low]] = True
+        self.up = _up_pointers(marked)
+        self.floor = (2 * n_leaves) >> cut if cut is not None else 1  # the walk from a leaf reads nodes >= floor
+        # start lists: the canonical nodes of lo + 1..hi of the long queries, none above
+        # the height `cap`: a node above it is read as its descendants at that height
+        longq = np.flatnonzero((kind >= 2) & (hi - lo >= _SHORT))
+        owner, node, height = _decompose(lo[longq] + 1, hi[longq], n_leaves)
+        owner = ids[longq][owner]
+        cap = _start_cap(node, height, lo[tree], n_leaves)
+        if len(node) and height.max() > cap:
+            wide = height > cap
+            d = height[wide] - cap
+            count = np.ones(len(node), np.int64)
+            count[wide] = 1 << d
+            first = node.copy()
+            first[wide] = node[wide] << d
+            owner = np.repeat(owner, count)
+            node = np.repeat(first, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
+        sptr, self.snodes = _csr(owner, node, n)
+        # an internal node's start runs come in two parts: the tensors that reach the
+        # first join after the node's leaves (`node_join`) and the others; a query over
+        # that join reads only the others (the first part lies in the join's union)
+        last_leaf = np.arange(2 * n_leaves)  # of each node
+        while (last_leaf < n_leaves).any():
+            inner = last_leaf < n_leaves
+            last_leaf[inner] = 2 * last_leaf[inner] + 1
+        k = np.searchsorted(joins, last_leaf)
+        node_join = np.append(joins, 2 * n_leaves + 1)[k]  # above all nodes: none
+        self.node_join = node_join.tolist()
+        inner = node < n_leaves
+        need = np.bincount(node[inner], minlength=2 * n_leaves)
+        reach_need = np.bincount(node[inner & (query_join[owner] != node_join[node])], minlength=2 * n_leaves)
+        self.need, self.reach_need = need.tolist(), reach_need.tolist()
+        self.sup = _up_pointers((need > 0) | (reach_need > 0))
+        # per tensor: (kind, size in units, first leaf node, last leaf node, its canonical
+        # nodes below the cut cnodes[c0:c1], start nodes snodes[s0:s1], cut nodes a..b - 1,
+        # joins j0..j1 - 1)
+        sizes = (-(-size // alignment)).tolist()
+        self.records = list(zip(kinds, sizes, los, his, cptr[:-1], cptr[1:], sptr[:-1], sptr[1:],
+                                cut_a, cut_b, j0, j1))
 
-    def place_all(self, order):
-        """Place the tensors at positions `order` one after another; returns offsets
-        (zero-byte tensors at 0)."""
-        align, window, sizes = self.alignment, self.window, self.sizes
-        n_nodes = 2 * self.size
-        leaf_bits = n_nodes.bit_length() - 1  # bit length of a leaf's index
-        high = 1 << max(0, leaf_bits - self.PUSH_HEIGHT)  # nodes below this: height >= PUSH_HEIGHT
-        canonical = [None] * len(sizes)
-        need = [0] * n_nodes  # tensors still to be placed that have v as a canonical node
-        live = [0] * (n_nodes + 1)  # tensors live at each leaf (a difference array)
-        whole = (self.size, self.size + self.n_points - 1)
-        for i in order:
-            w = window[i]
-            if w is None:
-                continue
-            live[w[0]] += 1
-            live[w[1] + 1] -= 1
-            if w == whole:
-                continue
-            lo, r = w[0], w[1] + 1
-            canonical[i] = c = []
-            while lo < r:
-                if lo & 1:
-                    c.append(lo)
-                    need[lo] += 1
-                    lo += 1
-                if r & 1:
-                    r -= 1
-                    c.append(r)
-                    need[r] += 1
-                lo >>= 1
-                r >>= 1
-        up = [0] * n_nodes  # nearest strict ancestor that is canonical for some tensor
-        for v in range(2, n_nodes):
-            p = v >> 1
-            up[v] = p if need[p] else up[p]
-        # The hot leaf: where most tensors are live. Tensors live there ("hot") have a tree
-        # of their own and `hot`, the union of their runs, which is what they add to any
-        # query whose range holds the hot leaf: a stack of tensors live at once is read
-        # as one list, not as the tree's pieces of it.
-        count, most, hot_leaf = 0, -1, self.size
-        for v in range(self.size, n_nodes):
-            count += live[v]
-            if count > most:
-                most, hot_leaf = count, v
-        # (full, touch, pending) of the hot tensors' tree and of the others'
-        trees = tuple(([None] * n_nodes, [None] * n_nodes, []) for _ in range(2))
-        every, placed, hot = [], [], []
-        max_lo, min_hi = 0, n_nodes  # all placed tree tensors meet lo..hi iff max_lo <= hi and min_hi >= lo
-        offsets = [0] * len(sizes)
-        for i in order:
-            w = window[i]
-            if w is None:
-                continue
-            size = sizes[i]
-            canon = canonical[i]
-            if canon is None:  # live throughout
-                off = _best_gap(placed, size)
-                offsets[i] = off
-                end = off + size
-                end += -end % align
-                _union_into(every, off, end)
-                _union_into(placed, off, end)
-                _union_into(hot, off, end)
-                continue
-            lo, hi = w
-            path = []  # the canonical nodes' high strict ancestors, for touch
-            x = up[lo]
-            while x:
-                if x < high:
-                    path.append(x)
-                x = up[x]
-            below = 1 << (lo >> (lo ^ hi).bit_length()).bit_length()  # nodes deeper than the LCA
-            x = up[hi] if hi != lo else 0
-            while x >= below:
-                if x < high:
-                    path.append(x)
-                x = up[x]
-            if max_lo <= hi and min_hi >= lo:  # everything placed conflicts
-                lists = [placed] if placed else []
+
+def _start_cap(node, height, lo, n_leaves):
+    """The height up to which start runs are gathered in internal nodes: each tensor of
+    the tree adds itself (lazily) to the gathering nodes above its first leaf, and a query
+    reads one list per canonical node, or 2 ** (h - cap) for one at height h > cap. The
+    highest cap whose additions stay within _START_ADDS per tensor (high nodes gather
+    dense unions: few runs to read)."""
+    if not len(node):
+        return 0
+    per_leaf = np.bincount(lo, minlength=n_leaves)
+    below = np.concatenate(([0], np.cumsum(per_leaf)))  # tensors starting before leaf k
+    adds_at = []  # additions into the gathering nodes at each height, below the cap
+    for h in range(1, n_leaves.bit_length()):
+        nodes = np.unique(node[height == h]) - (n_leaves >> h)
+        adds_at.append(int((below[(nodes + 1) << h] - below[nodes << h]).sum()))
+    budget = _START_ADDS * len(lo)
+    for cap in range(n_leaves.bit_length() - 1, 0, -1):
+        top = height >= cap  # read as their descendants at height cap
+        d = height[top] - cap
+        base = n_leaves >> cap
+        mark = np.zeros(base + 1, np.int64)
+        np.add.at(mark, (node[top] << d) - base, 1)
+        np.add.at(mark, ((node[top] + 1) << d) - base, -1)
+        nodes = np.flatnonzero(np.cumsum(mark[:-1]) > 0)
+        adds = sum(adds_at[:cap - 1]) + int((below[(nodes + 1) << cap] - below[nodes << cap]).sum())
+        if adds <= budget:
+            return cap
+    return 1
+
+
+def _place(lay, order, limit=None):
+    """Place the tensors at positions `order` (of the layout's table) one after another,
+    each into the smallest gap between the placed tensors it conflicts with that holds
+    it (the lowest on ties), else above them; returns offsets (zero-byte tensors at 0),
+    or None as soon as the placed tensors' arena reaches `limit` bytes (> 0). Counts in
+    units of the alignment; every list of runs is tagged (see `_union_into`)."""
+    n_leaves, align, shift, records = lay.n_leaves, lay.alignment, lay.shift, lay.records
+    if limit is not None:
+        limit = -(-limit // align)
+    cnodes, snodes, up, sup, floor = lay.cnodes, lay.snodes, lay.up, lay.sup, lay.floor
+    need = list(lay.need)  # queries still to come that read starts[v]
+    reach_need = list(lay.reach_need)  # ... that read reach_starts[v]
+    node_join, joins, hub, cut = lay.node_join, lay.joins, lay.hub, lay.cut
+    indexed_runs, indexed_extra = 2 * _INDEXED_RUNS, _INDEXED_EXTRA
+    n_nodes = 2 * n_leaves
+    full = [None] * n_nodes  # the tree's tensors by canonical node, below the cut
+    starts = [None] * n_nodes  # by first leaf; at internal nodes, gathered from below
+    pending = [None] * n_nodes  # ranges on their way into starts[v], when it is read
+    reach_starts, reach_pending = [None] * n_nodes, [None] * n_nodes  # those reaching node_join[v]
+    if cut is not None:  # the nodes at height `cut`: the union of the tensors covering each
+        n_cut = n_nodes >> cut
+        cut_runs = [[] for _ in range(n_cut)]
+        cut_index = [[] for _ in range(n_cut)]  # its gaps by size (see _index_gaps)
+        cut_pending = [[] for _ in range(n_cut)]
+    placed, placing, every, at_hub = [], [], [], []  # placing: ranges on their way into placed
+    joined = [[] for _ in joins]  # the union of the tree's tensors live at each join
+    # the lowest last leaf among the tensors of full[v] and of the leaf lists starts[v]: a
+    # list whose tensors all reach a join is inside its union (kept where there are joins)
+    reach, start_reach = [n_nodes] * n_nodes, [n_nodes] * n_nodes
+    hub_tensors, hub_lo, hub_hi = [], n_nodes, -1  # (lo, hi, start, end) of the placed ones
+    max_lo, min_hi = -1, n_nodes  # every placed tensor meets lo..hi iff max_lo <= hi and min_hi >= lo
+    offsets = [0] * len(records)
+    top = 0
+    for i in order:
+        kind, size, lo, hi, c0, c1, s0, s1, cut_a, cut_b, j0, j1 = records[i]  # lo, hi: leaf nodes
+        if not kind:
+            continue
+        if max_lo <= hi and min_hi >= lo:  # everything placed conflicts
+            if placing:
+                placed = _add_ranges(placed, placing)
+                placing = []
+            off = _best_gap(placed, size)
+            for v in snodes[s0:s1]:
+                if v < n_leaves:
+                    need[v] -= 1
+                    if node_join[v] != (joins[j1 - 1] if j0 < j1 else n_nodes + 1):
+                        reach_need[v] -= 1
+        else:
+            lists = []
+            base = None
+            if lo <= hub <= hi:
+                if at_hub:
+                    lists.append(at_hub)
             else:
-                has_hot = lo <= hot_leaf <= hi
-                lists = [hot] if has_hot and hot else [every] if every else []
-                for full, touch, pending in trees[1:] if has_hot else trees:
-                    for nodes, ancestors, a, b in pending:  # into the tree, now it is read
-                        for v in nodes:
-                            runs = full[v]
-                            if runs is None:
-                                full[v] = [2 * a + 1, 2 * b]
-                            else:
-                                _union_into(runs, a, b)
-                            if v < high and need[v]:
-                                runs = touch[v]
-                                if runs is None:
-                                    touch[v] = [2 * a + 1, 2 * b]
-                                else:
-                                    _union_into(runs, a, b)
-                        for v in ancestors:
-                            if need[v]:
-                                runs = touch[v]
-                                if runs is None:
-                                    touch[v] = [2 * a + 1, 2 * b]
-                                else:
-                                    _union_into(runs, a, b)
-                    pending.clear()
-                    for c in canon:
-                        if c < high:
-                            if touch[c]:
-                                lists.append(touch[c])
-                        else:
-                            first, width = c, 1
-                            while first < n_nodes:
-                                for u in range(first, first + width):
-                                    if full[u]:
-                                        lists.append(full[u])
-                                first <<= 1
-                                width <<= 1
-                    x = up[lo]
-                    while x:
-                        if full[x]:
-                            lists.append(full[x])
-                        x = up[x]
-                    x = up[hi] if hi != lo else 0
-                    while x >= below:
-                        if full[x]:
-                            lists.append(full[x])
-                        x = up[x]
+                if every:
+                    lists.append(every)
+                if hub_lo <= hi and hub_hi >= lo:
+                    events = []
+                    for t_lo, t_hi, s, e in hub_tensors:
+                        if t_lo <= hi and t_hi >= lo:
+                            events += (s, e)
+                    if events:
+                        events.sort()
+                        lists.append(_merge_events(events))
+            x = lo  # live at lo: the ancestors below the cut, then the cut's union
+            if j0 < j1:  # over a join: leave out what lies in its union
+                join = joins[j1 - 1]
+                while x >= floor:
+                    runs = full[x]
+                    if runs and reach[x] < join:
+                        lists.append(runs)
+                    x = up[x]
+            else:
+                join = n_nodes + 1  # above every reach
+                while x >= floor:
+                    runs = full[x]
+                    if runs:
+                        lists.append(runs)
+                    x = up[x]
+            if cut is not None:
+                w = lo >> cut
+                base, ranges = cut_runs[w], cut_pending[w]
+                if ranges:
+                    index = cut_index[w]
+                    for k in range(0, len(ranges), 2):
+                        _insert_indexed(base, index, shift, ranges[k], ranges[k + 1])
+                    ranges.clear()
+            if s0 == s1:  # started in lo + 1..hi, leaf by leaf
+                if hi > lo:
+                    for v in range(lo + 1, hi + 1):
+                        runs = starts[v]
+                        if runs:
+                            lists.append(runs)
+            else:
+                for v in snodes[s0:s1]:
+                    if v < n_leaves:
+                        need[v] -= 1
+                        ranges = pending[v]
+                        if ranges:
+                            starts[v] = _add_ranges(starts[v], ranges)
+                            pending[v] = None
+                        runs = starts[v]
+                        if runs:
+                            lists.append(runs)
+                        if node_join[v] != join:
+                            reach_need[v] -= 1
+                            ranges = reach_pending[v]
+                            if ranges:
+                                reach_starts[v] = _add_ranges(reach_starts[v], ranges)
+                                reach_pending[v] = None
+                            runs = reach_starts[v]
+                            if runs:
+                                lists.append(runs)
+                    elif start_reach[v] < join or v > join:  # else all of them live at the join
+                        runs = starts[v]
+                        if runs:
+                            lists.append(runs)
             # the smallest gap that holds `size` (the lowest on ties), else the top
-            best, best_len, prev = -1, 0, 0
-            if len(lists) == 1:
-                best = _best_gap(lists[0], size)
-            elif sum(map(len, lists)) <= _NUMPY_EVENTS:
-                events = []
-                for runs in lists:
-                    events += runs
-                events.sort()
-                depth = 0
-                for e in events:
-                    if e & 1:
-                        if not depth:
-                            gap = (e >> 1) - prev
-                            if gap >= size and (best < 0 or gap < best_len):
-                                best, best_len = prev, gap
-                                if gap == size:
-                                    break
-                        depth += 1
+            if base and len(base) >= indexed_runs and j0 == j1 and hi >> cut == w \
+                    and indexed_extra * sum(map(len, lists)) <= len(base):
+                off = _best_gap_indexed(base, cut_index[w], shift, lists, size)
+            else:
+                if base:
+                    lists.append(base)
+                if j0 < j1:  # over a join: into its union (which holds what was left out), skipping what that covers
+                    acc, budget = list(joined[j1 - 1]), [_SKIP_BUDGET]
+                    for k, runs in enumerate(lists):
+                        if not _merge_skipping(acc, runs, budget):
+                            lists[:k] = [acc] if acc else []
+                            break
                     else:
-                        depth -= 1
-                        if not depth:
-                            prev = e >> 1
+                        lists = [acc]
+                if len(lists) < 2:
+                    off = _best_gap(lists[0], size) if lists else 0
+                else:
+                    events = []
+                    for runs in lists:
+                        events += runs
+                    if len(events) > _NUMPY_EVENTS:
+                        off = _best_gap_many(lists, size)
+                    else:
+                        events.sort()
+                        best, best_len, prev, depth = -1, 0, 0, 0
+                        for e in events:
+                            if e & 1:
+                                if not depth:
+                                    gap = (e >> 1) - prev
+                                    if gap >= size and (best < 0 or gap < best_len):
+                                        best, best_len = prev, gap
+                                        if gap == size:
+                                            break
+                                depth += 1
+                            else:
+                                depth -= 1
+                                if not depth:
+                                    prev = e >> 1
+                        off = best if best >= 0 else prev
+        offsets[i] = off * align
+        end = off + size  # the placed rectangle [off, end)
+        if end > top:
+            top = end
+            if limit is not None and top >= limit:
+                return None
+        placing += (off, end)
+        if lo > max_lo:
+            max_lo = lo
+        if hi < min_hi:
+            min_hi = hi
+        if kind == 3:
+            s, e = 2 * off + 1, 2 * end
+            for c in cnodes[c0:c1]:
+                runs = full[c]
+                if runs is None:
+                    full[c] = [s, e]
+                else:
+                    _union_into(runs, off, end)
+                if joins and hi < reach[c]:
+                    reach[c] = hi
+            if cut_b:
+                for w in range(cut_a, cut_b):
+                    cut_pending[w] += (off, end)
+            for k in range(j0, j1):
+                _union_into(joined[k], off, end)
+            runs = starts[lo]
+            if runs is None:
+                starts[lo] = [s, e]
             else:
-                best = _best_gap_many(lists, size)
-            off = best if best >= 0 else prev
-            offsets[i] = off
-            # record the placed rectangle [off, end) (aligned end: gaps start aligned);
-            # into its tree before the next query that reads that tree
-            end = off + size
-            end += -end % align
-            _union_into(placed, off, end)
-            if lo > max_lo:
-                max_lo = lo
-            if hi < min_hi:
-                min_hi = hi
-            for v in canon:
-                need[v] -= 1
-            if lo <= hot_leaf <= hi:
-                _union_into(hot, off, end)
-                trees[0][2].append((canon, path, off, end))
+                _union_into(runs, off, end)
+            if joins and hi < start_reach[lo]:
+                start_reach[lo] = hi
+            x = sup[lo]  # into the gathering nodes above its first leaf that a query will read
+            if joins:
+                while x:
+                    if hi >= node_join[x]:
+                        if reach_need[x]:
+                            ranges = reach_pending[x]
+                            if ranges is None:
+                                reach_pending[x] = [off, end]
+                            else:
+                                ranges += (off, end)
+                    elif need[x]:
+                        ranges = pending[x]
+                        if ranges is None:
+                            pending[x] = [off, end]
+                        else:
+                            ranges += (off, end)
+                    x = sup[x]
             else:
-                trees[1][2].append((canon, path, off, end))
-        return offsets
-
-
-def _best_fit(ivs, alignment, order):
-    return _Engine(ivs, alignment).place_all(order)
+                while x:
+                    if need[x]:
+                        ranges = pending[x]
+                        if ranges is None:
+                            pending[x] = [off, end]
+                        else:
+                            ranges += (off, end)
+                    x = sup[x]
+        elif kind == 2:
+            _union_into(at_hub, off, end)
+            hub_tensors.append((lo, hi, 2 * off + 1, 2 * end))
+            if lo < hub_lo:
+                hub_lo = lo
+            if hi > hub_hi:
+                hub_hi = hi
+        else:
+            _union_into(every, off, end)
+            if hub:
+                _union_into(at_hub, off, end)
+    return offsets
 
 
 def _columns(ivs):
     """(first, last, nbytes, tensor) as int64 arrays."""
-    cols = np.array([[iv.first for iv in ivs], [iv.last for iv in ivs], [iv.nbytes for iv in ivs],
-                     [iv.tensor for iv in ivs]], dtype=np.int64).reshape(4, -1)
-    return cols[0], cols[1], cols[2], cols[3]
+    return (np.array([iv.first for iv in ivs], dtype=np.int64), np.array([iv.last for iv in ivs], dtype=np.int64),
+            np.array([iv.nbytes for iv in ivs], dtype=np.int64), np.array([iv.tensor for iv in ivs], dtype=np.int64))
 
 
-def _size_order(ivs):
+def _size_order(cols):
     """TFLite's arena order: whole-run tensors (live over the whole step range of the
     set) first, by tensor id; then by decreasing size, ties by first use, then tensor id
     (then position, for duplicate ids)."""
-    if not ivs:
+    first, last, size, tensor = cols
+    if not len(size):
         return []
-    first, last, size, tensor = _columns(ivs)
     live = (size > 0) & (first <= last)
     if live.any():
         rest = ~(live & (first == first[live].min()) & (last == last[live].max()))
     else:
-        rest = np.ones(len(ivs), dtype=bool)
-    keys = (np.arange(len(ivs)), tensor, np.where(rest, first, 0), np.where(rest, -size, 0), rest)
+        rest = np.ones(len(size), dtype=bool)
+    keys = (np.arange(len(size)), tensor, np.where(rest, first, 0), np.where(rest, -size, 0), rest)
     return np.lexsort(keys).tolist()
 
 
@@ -398,7 +878,9 @@ def greedy_by_size(ivs, alignment):
     """TFLite's greedy by size: whole-run tensors first (by tensor id), then the rest by
     decreasing size (ties: first use, then tensor id), each into the best-fitting gap
     between the conflicting tensors already placed, or above them."""
-    return _best_fit(ivs, alignment, _size_order(ivs))
+    with _no_gc():
+        cols = _columns(ivs)
+        return _place(_Layout(cols, alignment), _size_order(cols))
 
 
 def _range_min(values, lo, hi):
@@ -424,19 +906,13 @@ def _range_min(values, lo, hi):
     return out
 
 
-@register("greedy_by_breadth")
-def greedy_by_breadth(ivs, alignment):
-    """TFLite's greedy by breadth: steps by decreasing breadth (the aligned bytes live at
-    the step; ties by step), and at each step its tensors not yet placed, by decreasing
-    size (ties: first use, then tensor id), each into the best-fitting gap.
-
-    Only steps where some tensor starts need visiting (any other step's live set is a
-    subset of the one at the last start before it, with no more bytes), and a tensor is
-    placed at the first visited step of its window: its rank is a range minimum."""
-    first, last, size, tensor = _columns(ivs)
+def _breadth_order(cols, alignment):
+    """TFLite's greedy-by-breadth order (see greedy_by_breadth): positions of the
+    tensors with bytes."""
+    first, last, size, tensor = cols
     live = np.flatnonzero((size > 0) & (first <= last))
     if not len(live):
-        return [0] * len(ivs)
+        return []
     first, last, size, tensor = first[live], last[live], size[live], tensor[live]
     points = np.unique(first)
     lo = np.searchsorted(points, first)
@@ -450,8 +926,23 @@ def greedy_by_breadth(ivs, alignment):
     rank = np.empty(len(points), dtype=np.int64)
     rank[visit] = np.arange(len(points))
     ranks = _range_min(rank, lo, hi)
-    order = np.lexsort((live, tensor, first, -size, ranks))
-    return _best_fit(ivs, alignment, live[order].tolist())
+    return live[np.lexsort((live, tensor, first, -size, ranks))].tolist()
+
+
+@register("greedy_by_breadth")
+def greedy_by_breadth(ivs, alignment):
+    """TFLite's greedy by breadth: steps by decreasing breadth (the aligned bytes live at
+    the step; ties by step), and at each step its tensors not yet placed, by decreasing
+    size (ties: first use, then tensor id), each into the best-fitting gap.
+
+    Only steps where some tensor starts need visiting (any other step's live set is a
+    subset of the one at the last start before it, with no more bytes), and a tensor is
+    placed at the first visited step of its window: its rank is a range minimum."""
+    with _no_gc():
+        cols = _columns(ivs)
+        return _place(_Layout(cols, alignment), _breadth_order(cols, alignment))
+
+
 
 
 # ---------------------------------------------------------------------------------------
@@ -545,16 +1036,42 @@ PORTFOLIO = ("greedy_by_size", "greedy_by_breadth", "exact", "naive")
 @register("best")
 def best(ivs, alignment):
     """Every member of PORTFOLIO; the smallest arena, ties to the earlier member.
-    (`exact` is seeded with the best greedy answer rather than recomputing it.)"""
+    (`exact` is seeded with the best greedy answer rather than recomputing it.)
+
+    The members share one `_Layout`, and a member is cut short where it cannot win,
+    which leaves the answer as it is: once the choice so far has the lower bound (peak
+    live bytes, aligned) no member can do better, and a later member is abandoned as
+    soon as its arena reaches the choice's (a tie goes to the earlier member anyway);
+    `naive` runs only if its arena, the sum of the aligned sizes, is smaller."""
+    with _no_gc():
+        return _best(ivs, alignment)
+
+
+def _best(ivs, alignment):
+    cols = _columns(ivs)
+    layout = _Layout(cols, alignment)
+    nbytes = cols[2].tolist()
     choice, choice_size = None, None
     for name in PORTFOLIO:
-        if name == "exact":
-            if _n_live(ivs) > EXACT_MAX_INTERVALS:
+        if choice is not None and choice_size <= layout.lower_bound:
+            break
+        if name == "greedy_by_size":
+            offsets = _place(layout, _size_order(cols), choice_size)
+        elif name == "greedy_by_breadth":
+            offsets = _place(layout, _breadth_order(cols, alignment), choice_size)
+        elif name == "exact":
+            if layout.n_live > EXACT_MAX_INTERVALS:
                 continue  # exact is greedy_by_size here
             offsets = _exact_search(ivs, alignment, choice)
+        elif name == "naive":
+            if choice is not None and _naive_arena(cols, alignment) >= choice_size:
+                continue
+            offsets = naive(ivs, alignment)
         else:
             offsets = PLANNERS[name](ivs, alignment)
-        n = arena_size(ivs, offsets, alignment)
+        if offsets is None:
+            continue  # abandoned: its arena reached the choice's
+        n = formats.align_up(max(map(add, offsets, nbytes), default=0), alignment)  # arena_size
         if choice is None or n < choice_size:
             choice, choice_size = offsets, n
     return choice

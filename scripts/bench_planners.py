@@ -1,7 +1,7 @@
 """Memory planners on seeded random interval sets: arena / lower bound, and seconds.
 
     python scripts/bench_planners.py [--sizes 1000,10000,100000] [--shapes chain,dag]
-                                     [--planners naive,greedy_by_size] [--seed 0]
+                                     [--planners naive,greedy_by_size] [--seed 0] [--repeat 1]
 
 Sizes are log-uniform, 256 B .. 16 MiB, alignment 64; the table order is shuffled. Shapes:
   chain        CNN-like: one tensor per step read by the next step or two, 8% skip
@@ -17,7 +17,8 @@ Sizes are log-uniform, 256 B .. 16 MiB, alignment 64; the table order is shuffle
                of all tensors live at every step), at most 10,000 intervals
 plus `paper`, the worked example of Pisarchyk & Lee (arXiv 2001.03288), alignment 1.
 The lower bound is the peak live bytes; every plan is checked with find_overlap (its
-time is the `(find_overlap)` row). Times are wall-clock seconds on this machine.
+time is the `(find_overlap)` row). Times are wall-clock seconds on this machine, the
+least of --repeat runs (the planners are deterministic; the machine may not be).
 """
 
 import argparse
@@ -120,13 +121,15 @@ def row(label, n, name, ratio, seconds):
     print(f"{label:<12} {n:>7} {name:<18} {ratio:>9} {seconds:>8.3f}", flush=True)
 
 
-def bench(label, ivs, alignment, names):
+def bench(label, ivs, alignment, names, repeat=1):
     bound = intervals.peak_live_bytes(ivs, lambda b: formats.align_up(b, alignment))
     checked = False
     for name in names:
-        t0 = time.perf_counter()
-        offsets = planners.PLANNERS[name](ivs, alignment)
-        dt = time.perf_counter() - t0
+        dt = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            offsets = planners.PLANNERS[name](ivs, alignment)
+            dt = min(dt, time.perf_counter() - t0)
         assert all(o % alignment == 0 for o in offsets), name
         t0 = time.perf_counter()
         assert intervals.find_overlap(ivs, offsets) is None, name
@@ -143,16 +146,18 @@ def main(argv=None):
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--planners", default=",".join(planners.PLANNERS))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=1, help="time each planner this many times, report the least")
     args = ap.parse_args(argv)
     names = args.planners.split(",")
     print(f"{'set':<12} {'n':>7} {'planner':<18} {'arena/lb':>9} {'seconds':>8}")
-    bench("paper", [Interval(t, f, l, b, 1, "intermediate") for t, (f, l, b) in enumerate(PAPER)], 1, names)
+    bench("paper", [Interval(t, f, l, b, 1, "intermediate") for t, (f, l, b) in enumerate(PAPER)], 1, names,
+          args.repeat)
     for shape in args.shapes.split(","):
         for n in map(int, args.sizes.split(",")):
             if n > MAX_N.get(shape, n):
                 print(f"{shape:<12} {n:>7} (skipped: over {MAX_N[shape]})", flush=True)
                 continue
-            bench(shape, make(shape, n, args.seed), 64, names)
+            bench(shape, make(shape, n, args.seed), 64, names, args.repeat)
 
 
 if __name__ == "__main__":

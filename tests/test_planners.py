@@ -3,6 +3,7 @@ against direct O(n^2) transcriptions of TFLite's algorithms and a brute-force op
 
 import itertools
 import random
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -300,6 +301,199 @@ def test_deterministic_and_independent_of_list_order(ivs, alignment, rnd):
         assert plan(list(ivs), alignment) == offs, name
         by_tensor = dict(zip((a.tensor for a in ivs), offs))
         assert dict(zip((a.tensor for a in shuffled), plan(shuffled, alignment))) == by_tensor, name
+
+
+# Knobs that pick the engine's structures (only its speed depends on them): extreme
+# values force every path (the gap index of a cut, joins, the hub, gathering caps, numpy).
+ENGINE_KNOBS = ("_SHORT", "_CUT_PUSHES", "_CUT_COVER", "_CUT_SHARE", "_INDEXED_RUNS", "_INDEXED_EXTRA", "_HUB_MIN",
+                "_HUB_FILTER", "_JOIN_MIN", "_JOIN_SHARE", "_START_ADDS", "_NUMPY_EVENTS", "_SKIP_EVENTS",
+                "_SKIP_BUDGET", "_NUMPY_RANGES")
+ENGINE_CONFIGS = (
+    {},
+    # every query long; a cut at height 1, indexed whatever the other lists; joins everywhere; no gathering
+    dict(_SHORT=1, _CUT_PUSHES=10**9, _CUT_COVER=0, _CUT_SHARE=1, _INDEXED_RUNS=0, _INDEXED_EXTRA=0, _JOIN_MIN=1,
+         _JOIN_SHARE=10**9, _START_ADDS=0),
+    # a cut and the hub, queries of 2 leaves or more long
+    dict(_SHORT=2, _CUT_PUSHES=10**9, _CUT_COVER=0, _CUT_SHARE=1, _INDEXED_RUNS=1, _INDEXED_EXTRA=0, _HUB_MIN=0,
+         _HUB_FILTER=10**9),
+    # every query short; joins; no hub; gathering as high as it goes; numpy and skipping merges
+    dict(_SHORT=10**9, _JOIN_MIN=1, _JOIN_SHARE=10**9, _HUB_MIN=10**9, _START_ADDS=10**9, _NUMPY_EVENTS=0,
+         _SKIP_EVENTS=0, _SKIP_BUDGET=2),
+    # joins and the hub together, gathering capped low, ranges merged by numpy
+    dict(_SHORT=1, _JOIN_MIN=1, _JOIN_SHARE=10**9, _HUB_MIN=0, _HUB_FILTER=10**9, _START_ADDS=1, _SKIP_BUDGET=0,
+         _NUMPY_RANGES=4),
+    # joins whose merges give up at once, into numpy
+    dict(_SHORT=1, _JOIN_MIN=1, _JOIN_SHARE=10**9, _SKIP_BUDGET=0, _NUMPY_EVENTS=0, _SKIP_EVENTS=0),
+)
+
+
+def engine_configs():
+    old = {k: getattr(planners, k) for k in ENGINE_KNOBS}
+    try:
+        for config in ENGINE_CONFIGS:
+            for k, v in old.items():
+                setattr(planners, k, config.get(k, v))
+            yield config
+    finally:
+        for k, v in old.items():
+            setattr(planners, k, v)
+
+
+def shaped_sets(rng):
+    """Small sets shaped like the benchmark's (scripts/bench_planners.py): a chain with
+    long inputs, branches that join, a stack; each tensor id once, table shuffled."""
+    sizes = lambda: rng.choice([64, 128, 192, rng.randrange(1, 4096)])  # noqa: E731
+    chain = [(s, s + rng.choice((1, 1, 2))) for s in range(60)] + [(0, rng.randrange(60)) for _ in range(6)]
+    fan = []
+    for block in range(3):
+        s0 = block * 9
+        fan += [(s0 + b, s0 + b + 1) for b in range(8)] + [(s0 + b + 1, s0 + 8) for b in range(8)]
+    stack = [(s, s + 1) for s in range(5)] + [(5 + rng.randrange(10), 15) for _ in range(40)]
+    for rows in (chain, fan, stack):
+        ivs = [iv(t, f, l, sizes()) for t, (f, l) in enumerate(rows)]
+        rng.shuffle(ivs)
+        yield ivs
+
+
+@settings(max_examples=150, deadline=None)
+@given(interval_sets(max_size=60, max_step=12), ALIGNMENTS)
+def test_every_engine_path_matches_tflite(ivs, alignment):
+    want = ref_best_fit(ivs, alignment, ref_size_order(ivs))
+    want_breadth = ref_best_fit(ivs, alignment, ref_breadth_order(ivs, alignment))
+    for config in engine_configs():
+        assert planners.greedy_by_size(ivs, alignment) == want, config
+        assert planners.greedy_by_breadth(ivs, alignment) == want_breadth, config
+
+
+def test_every_engine_path_matches_tflite_on_shaped_sets():
+    rng = random.Random(2)
+    for _ in range(10):
+        for ivs in shaped_sets(rng):
+            for alignment in (1, 64):
+                want = ref_best_fit(ivs, alignment, ref_size_order(ivs))
+                want_breadth = ref_best_fit(ivs, alignment, ref_breadth_order(ivs, alignment))
+                for config in engine_configs():
+                    assert planners.greedy_by_size(ivs, alignment) == want, config
+                    assert planners.greedy_by_breadth(ivs, alignment) == want_breadth, config
+
+
+def test_engine_configs_reach_every_path(monkeypatch):
+    calls = Counter()
+    for name in ("_best_gap_indexed", "_insert_indexed", "_merge_skipping", "_best_gap_many", "_merge_ranges_np",
+                 "_add_ranges"):
+        def counted(*args, _f=getattr(planners, name), _name=name):
+            calls[_name] += 1
+            return _f(*args)
+        monkeypatch.setattr(planners, name, counted)
+    layouts = Counter()
+    rng = random.Random(5)
+    for config in engine_configs():
+        for ivs in shaped_sets(rng):
+            layout = planners._Layout(planners._columns(ivs), 64)
+            layouts.update(cut=layout.cut is not None, join=bool(layout.joins), hub=layout.hub > 0)
+            planners.greedy_by_size(ivs, 64)
+    assert all(calls.values()) and len(calls) == 6, calls
+    assert all(layouts[k] for k in ("cut", "join", "hub")), layouts
+
+
+def whole_portfolio(ivs, alignment):
+    """`best` without its shortcuts: every member in full, the smallest arena, ties to
+    the earlier (exact seeded with the choice so far)."""
+    choice, choice_size = None, None
+    for name in planners.PORTFOLIO:
+        if name == "exact":
+            if planners._n_live(ivs) > planners.EXACT_MAX_INTERVALS:
+                continue
+            offsets = planners._exact_search(ivs, alignment, choice)
+        else:
+            offsets = planners.PLANNERS[name](ivs, alignment)
+        n = arena(ivs, offsets, alignment)
+        if choice is None or n < choice_size:
+            choice, choice_size = offsets, n
+    return choice
+
+
+@settings(max_examples=150, deadline=None)
+@given(interval_sets(), ALIGNMENTS)
+def test_best_returns_what_the_whole_portfolio_does(ivs, alignment):
+    # best stops at the lower bound, abandons greedy_by_breadth once its arena reaches the
+    # choice's, and skips naive when its arena (the sum of the aligned sizes) cannot win
+    assert planners.best(ivs, alignment) == whole_portfolio(ivs, alignment)
+
+
+def test_best_shortcuts_on_shaped_sets():
+    rng = random.Random(3)
+    seen = set()
+    for _ in range(20):
+        for ivs in shaped_sets(rng):
+            for alignment in (1, 64):
+                sizes = {name: arena(ivs, planners.PLANNERS[name](ivs, alignment), alignment)
+                         for name in ("greedy_by_size", "greedy_by_breadth")}
+                if sizes["greedy_by_size"] == lower_bound(ivs, alignment):
+                    seen.add("bound")
+                elif sizes["greedy_by_breadth"] >= sizes["greedy_by_size"]:
+                    seen.add("abandoned")
+                else:
+                    seen.add("breadth wins")
+                assert planners.best(ivs, alignment) == whole_portfolio(ivs, alignment)
+    assert seen == {"bound", "abandoned", "breadth wins"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(interval_sets(), ALIGNMENTS)
+def test_layout_lower_bound_is_peak_live_bytes(ivs, alignment):
+    layout = planners._Layout(planners._columns(ivs), alignment)
+    assert layout.lower_bound == lower_bound(ivs, alignment)
+    assert layout.n_live == planners._n_live(ivs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(interval_sets(), ALIGNMENTS)
+def test_place_gives_up_at_the_limit(ivs, alignment):
+    cols = planners._columns(ivs)
+    layout, order = planners._Layout(cols, alignment), planners._size_order(cols)
+    offsets = planners._place(layout, order)
+    live_end = formats.align_up(max((o + a.nbytes for a, o in zip(ivs, offsets) if a.nbytes and a.first <= a.last),
+                                    default=0), alignment)
+    for limit in {max(1, live_end - 1), max(1, live_end), live_end + 1, live_end + alignment}:
+        got = planners._place(layout, order, limit)
+        assert got == (None if live_end >= limit else offsets), limit
+
+
+def test_indexed_runs_match_plain_runs():
+    # _insert_indexed keeps runs and their index of gaps in step (overlaps included:
+    # it falls back to a union and a new index); _best_gap_indexed finds the best gap
+    # of runs plus other lists whose runs fall in the gaps, as _best_gap of the union
+    rng = random.Random(4)
+    shift = 20
+    for _ in range(300):
+        runs, index, plain = [], [], []
+        for _ in range(rng.randrange(1, 30)):
+            a = rng.randrange(0, 2000)
+            b = a + rng.randrange(1, 60)
+            planners._insert_indexed(runs, index, shift, a, b)
+            planners._union_into(plain, a, b)
+            assert runs == plain and index == planners._index_gaps(plain, shift)
+        # other lists: ranges inside the gaps of `runs` (touching them at most) or above
+        gaps, prev = [], 0
+        for k in range(0, len(runs), 2):
+            gaps.append((prev, runs[k] >> 1))
+            prev = runs[k + 1] >> 1
+        gaps.append((prev, prev + 500))
+        lists = []
+        for _ in range(rng.randrange(0, 4)):
+            extra = []
+            for g0, g1 in rng.sample(gaps, min(len(gaps), 3)):
+                if g1 > g0:
+                    a = rng.randrange(g0, g1)
+                    planners._union_into(extra, a, rng.randrange(a + 1, g1 + 1))
+            lists.append(extra)
+        union = list(runs)
+        for extra in lists:
+            for k in range(0, len(extra), 2):
+                planners._union_into(union, extra[k] >> 1, extra[k + 1] >> 1)
+        for size in (1, 5, 20, 80, 400):
+            assert planners._best_gap_indexed(runs, index, shift, lists, size) == planners._best_gap(union, size)
 
 
 def test_thousands_of_tensors_live_at_once():
