@@ -157,9 +157,11 @@ def plan_graph(graph, options=Options()):
     # on ties: it also saves the concat's launch and copy)
     part_choices = (all_parts, {}) if all_parts and options.placement == "auto" else (all_parts,)
 
+    sizes = {t: formats.nbytes(i.shape, i.dtype, fmts[t]) for t, i in info.items()}
+
     def plan_for(o, launch, view_map, parts, inplace=options.inplace):
         elided = set(view_map) | {p.concat for p in parts.values()}
-        gs = group.run([n for n in o if n.outputs[0] not in elided], launch, info, options.fuse_min_flops)
+        gs = group.run([n for n in o if n.outputs[0] not in elided], launch, info, options.fuse_min_flops, sizes)
         lv = liveness.run(graph, gs, info, options.weights, materialize_all=launch == "kernel", inplace=inplace,
                           views=view_map, parts=parts, fmts=fmts)
         return gs, lv, _bound(lv)
@@ -172,7 +174,6 @@ def plan_graph(graph, options=Options()):
     view_map = all_views if kernel_mode else {}
     orders = [("default", order)]
     if options.schedule == "memory" and options.launch != "sink":
-        sizes = {t: formats.nbytes(i.shape, i.dtype, fmts[t]) for t, i in info.items()}
         orders = schedule.candidates(graph, order, sizes)
     best = None
     for name, cand in orders:

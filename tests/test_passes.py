@@ -183,3 +183,32 @@ def test_weight_layout_only_for_cpu_targets():
     assert not pipeline.Options(targets=("cuda",)).runs("weight_layout")
     assert not pipeline.Options(targets=("cpu", "cuda")).runs("weight_layout")
     assert not pipeline.Options(targets=("cpu",), disabled=frozenset({"weight_layout"})).runs("weight_layout")
+
+
+def _fused_groups(nodes, shapes, min_flops):
+    from compiler.passes import group
+
+    info = {t: TensorInfo(t, "float32", s) for t, s in shapes.items()}
+    return [[n.name for n in g] for g in group.run(nodes, "fused", info, min_flops)]
+
+
+def test_fused_group_ends_where_the_fewest_bytes_cross():
+    """A UNet decoder step: conv -> relu -> upsample (reshape, expand, reshape) -> conv.
+    The first group ends before the expand (1x4x8x8 crosses: 1 KiB; the relu and the
+    first reshape tie, the later wins), not after the upsample (1x4x16x16: 4 KiB)."""
+    shapes = {"x": (1, 4, 8, 8), "w1": (4, 4, 3, 3), "w2": (4, 4, 1, 1), "c1": (1, 4, 8, 8), "r": (1, 4, 8, 8),
+              "u1": (1, 4, 8, 1, 8, 1), "u2": (1, 4, 8, 2, 8, 2), "u3": (1, 4, 16, 16), "c2": (1, 4, 16, 16),
+              "cat": (1, 8, 16, 16), "p": (1, 4, 4, 4)}
+    nodes = [Node("c1", "conv2d", ("x", "w1"), ("c1",)), Node("r", "relu", ("c1",), ("r",)),
+             Node("u1", "reshape", ("r",), ("u1",)), Node("u2", "expand", ("u1",), ("u2",)),
+             Node("u3", "reshape", ("u2",), ("u3",)), Node("c2", "conv2d", ("u3", "w2"), ("c2",)),
+             Node("cat", "concat", ("u3", "c2"), ("cat",))]
+    assert _fused_groups(nodes, shapes, 0) == [["c1", "r", "u1"], ["u2", "u3", "c2", "cat"]]
+    # a skip connection read after the second conv crosses wherever the cut is
+    skip = nodes[:-1] + [Node("cat", "concat", ("r", "c2"), ("cat",))]
+    assert _fused_groups(skip, shapes, 0) == [["c1", "r"], ["u1", "u2", "u3", "c2", "cat"]]
+    # downsampling: the cut after the pool is the cheapest (what the pass did before)
+    down = nodes[:2] + [Node("p", "maxpool", ("r",), ("p",)), Node("c2", "conv2d", ("p", "w2"), ("c2",))]
+    assert _fused_groups(down, shapes, 0) == [["c1", "r", "p"], ["c2"]]
+    # below the work threshold nothing is cut
+    assert _fused_groups(nodes, shapes, 10**12) == [[n.name for n in nodes]]

@@ -8,7 +8,10 @@
              work is below MIN_GROUP_FLOPS also takes the next anchor: a fused launch
              costs 50-240 us on this 2-core CPU (dispatch, and the arena traffic of the
              tensors that cross it: scripts/bench_replay.py, "fused overhead per
-             launch"), so a group must carry several times that in work.
+             launch"), so a group must carry several times that in work. A group
+             ends after its last anchor, at the point among the cheap ops that
+             follow it where the fewest bytes cross (`_cheapest_cut`): upsampling
+             or a concat starts the next group rather than ending this one.
     sink     one launch: the whole step
 
 A run of a topological order is always a valid launch: launches execute in schedule
@@ -18,6 +21,8 @@ bytes; the others live inside one kernel, where XLA plans them.
 """
 
 import math
+
+from aotplan import dtypes
 
 ANCHORS = frozenset({"conv", "conv2d", "matmul", "gemm", "einsum"})
 MODES = ("sink", "fused", "kernel")
@@ -46,27 +51,51 @@ def flops(node, info):
     return out
 
 
-def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS):
+def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None):
     """-> tuple of tuples of nodes, in schedule order (`info`: tensor name ->
-    TensorInfo, needed for fused mode)."""
+    TensorInfo, needed for fused mode; `sizes`: tensor name -> stored bytes, by
+    default its logical bytes)."""
     if mode == "kernel":
         return tuple((n,) for n in order)
     if mode == "sink":
         return (tuple(order),) if order else ()
     if mode != "fused":
         raise ValueError(mode)
-    groups, cur, has_anchor, work = [], [], False, 0
-    for n in order:
+    last = {}  # tensor -> position of its last reader in `order`
+    for i, n in enumerate(order):
+        for t in n.inputs:
+            last[t] = i
+    if sizes is None:
+        sizes = {t: math.prod(ti.shape) * dtypes.itemsize(ti.dtype) for t, ti in info.items()}
+    groups, cur, anchor, work = [], [], -1, 0
+    for i, n in enumerate(order):
         if n.op in ANCHORS:
-            if has_anchor and work >= min_flops:
-                groups.append(tuple(cur))
-                cur, work = [], 0
-            has_anchor = True
+            if anchor >= 0 and work >= min_flops:
+                j = _cheapest_cut(cur, anchor, i - len(cur), last, sizes)
+                groups.append(tuple(cur[:j]))
+                cur = cur[j:]
+                work = sum(flops(m, info) for m in cur)
+            anchor = len(cur)
         cur.append(n)
         work += flops(n, info)
     if cur:
         groups.append(tuple(cur))
     return tuple(groups)
+
+
+def _cheapest_cut(cur, anchor, base, last, sizes):
+    """Where the group `cur` (starting at position `base` of the order) ends: after
+    its last anchor (index `anchor`), at the point among the cheap ops that follow it
+    whose crossing tensors (made before the cut, read after it) have the fewest bytes;
+    the latest such point on ties. A UNet decoder block's upsampling then starts the
+    next group instead of ending this one, so the 4x larger upsampled tensor stays
+    inside a kernel instead of crossing in the arena."""
+    best, best_j = None, len(cur)
+    for j in range(len(cur), anchor, -1):
+        cross = sum(sizes.get(o, 0) for n in cur[:j] for o in n.outputs if last.get(o, -1) >= base + j)
+        if best is None or cross < best:
+            best, best_j = cross, j
+    return best_j
 
 
 def label(group, mode, index):
