@@ -36,11 +36,16 @@ def _fmt(sig):
     return "(" + ", ".join(f"{d}{list(s)}" for s, d in sig) + ")"
 
 
+def kernel_function(exp, donate):
+    """The exported program as a jitted function, the arena argument donated if `donate`."""
+    return jax.jit(exp.call, donate_argnums=0) if donate else jax.jit(exp.call)
+
+
 def compile_kernel(name, exp, donate, platform):
     if platform not in exp.platforms:
         raise PlanError(f"kernel {name!r} was exported for {', '.join(exp.platforms)}; this host runs {platform}: "
                         f"recompile the model for this platform")
-    fn = jax.jit(exp.call, donate_argnums=0) if donate else jax.jit(exp.call)
+    fn = kernel_function(exp, donate)
     try:
         return fn.lower(*exp.in_avals).compile()
     except Exception as e:

@@ -24,7 +24,7 @@ import numpy as np
 
 from aotplan import codec, dtypes, formats, native, verify
 from aotplan.errors import FeedError, PlanError
-from executor.kernels import check_signature, compile_kernel, load_kernel
+from executor.kernels import check_signature, compile_kernel, kernel_function, load_kernel
 
 log = logging.getLogger("aotplan")
 
@@ -140,7 +140,11 @@ class Session:
             donate = role != "output"
             if self.kernel_source == "native" and k.native:
                 try:
-                    self._kernels[ki] = native.NativeKernel(k.native, self.device, len(returns) > 1 or role == "output")
+                    # jax's own call path where this jax allows it, else a direct call
+                    self._kernels[ki] = (native.adopt(k.native, self.device, kernel_function(exp, donate),
+                                                      exp.in_avals)
+                                         or native.NativeKernel(k.native, self.device,
+                                                                len(returns) > 1 or role == "output"))
                     continue
                 except Exception as e:
                     raise PlanError(f"kernel {k.name!r}: its native executable does not load here: {e}") from None

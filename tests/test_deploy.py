@@ -84,6 +84,60 @@ def test_native_executables_used_only_when_trusted(native_plan, tmp_path, caplog
     assert trusted.arena_pointer() == ptr  # native kernels update the arena in place too
 
 
+def test_native_executables_take_jax_call_path(native_plan, tmp_path, monkeypatch):
+    """A loaded executable becomes a jax `Compiled` (C++ dispatch, host arguments
+    transferred in C++), not a compile; where jax's internals differ, the direct call
+    (`NativeKernel`) gives the same numbers."""
+    import jax
+
+    graph, plan = native_plan
+    path = _write(tmp_path, plan)
+    feeds = random_feeds(graph, 2)
+    from jax._src import compiler as jc
+
+    compiles = []
+    real = jc.compile_or_get_cached
+    monkeypatch.setattr(jc, "compile_or_get_cached", lambda *a, **k: compiles.append(1) or real(*a, **k))
+    adopted = executor.load(path, trust_executables=True)
+    assert all(isinstance(k, jax.stages.Compiled) for k in adopted._kernels.values())
+    assert compiles == []  # loading compiled nothing: each Compiled runs the plan's executable
+    portable = executor.load(path)  # (the counter counts: the StableHLO path compiles)
+    assert portable.kernel_source == "stablehlo" and len(compiles) == len(portable._kernels)
+    monkeypatch.setattr(native, "adopt", lambda *a: None)
+    direct = executor.load(path, trust_executables=True)
+    assert all(isinstance(k, native.NativeKernel) for k in direct._kernels.values())
+    a, b = adopted.run(feeds), direct.run(feeds)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    ptr = adopted.arena_pointer()
+    for _ in range(3):
+        adopted.run(feeds)
+    assert adopted.arena_pointer() == ptr
+
+
+def test_adopting_leaves_other_threads_compiling():
+    """While one thread hands jax a loaded executable, another thread's compile is a
+    real compile; a lowering jax never compiles is an error, not a silent pass."""
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+
+    fn = jax.jit(lambda x: x * 2.0)
+    exe = fn.lower(jnp.float32(1)).compile().runtime_executable()
+    got = []
+    with native._handing_back(exe):
+        t = threading.Thread(target=lambda: got.append(float(jax.jit(lambda x: x + 1.0)(jnp.float32(1)))))
+        t.start()
+        t.join()
+        adopted = jax.jit(lambda x: x * 2.0).lower(jnp.float32(1)).compile()
+    assert got == [2.0] and adopted.runtime_executable() is exe and float(adopted(jnp.float32(3))) == 6.0
+    with pytest.raises(RuntimeError, match="compile step"):
+        with native._handing_back(exe):
+            pass
+    assert not hasattr(__import__("jax._src.compiler", fromlist=["x"]).compile_or_get_cached, "original")
+
+
 def test_signed_plans(native_plan, tmp_path):
     graph, plan = native_plan
     signed = _write(tmp_path, plan, "signed.plan", sign_key=KEY)
