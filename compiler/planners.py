@@ -48,6 +48,12 @@ from the set, by counts; only the speed depends on them, never the offsets):
   join   a leaf where many long queries end (the concat of 256 branches): the union of
          what is live there; such a query merges its lists into it, skipping what it
          covers, and leaves out the lists whose tensors all reach the join
+  lead   a query that ends at a join and covers no other (a branch output): besides the
+         join's union it meets only the tensors that end in lo..join - 1, and those have
+         that join as the next one after their last leaf. Each such tensor also goes into
+         the join's lead-in, a Fenwick tree by distance (join - last leaf), so the query
+         reads O(log) lists of the lead-in instead of the ancestors of lo and the start
+         lists of lo + 1..join (and gathers nothing)
 
 TFLite scans every placed tensor (O(n^2)). scripts/bench_planners.py measures these
 kinds of sets; tests/test_planners.py checks every path against a direct transcription
@@ -443,7 +449,12 @@ class _Layout:
       3  the tree: in the runs of its canonical nodes below the cut (`cnodes`, read by
          the walk up from a leaf, `up`), of the cut's nodes it covers (`cut_a`..`cut_b`),
          of the joins it covers, and in the start runs of its first leaf and of the
-         gathering nodes above it (`sup`; `need`: the queries still to read them)
+         gathering nodes above it (`sup`; `need`: the queries still to read them); and
+         in a join's lead-in (`lead_b`, `lead_p`) if a query ending at that join reaches
+         back to its last leaf
+      4  the tree, and its query ends at a join and covers no other: it reads the
+         join's union and the lead-in (the prefix up to join - lo), nothing else of
+         the tree
 
     The cut is the lowest height whose copies stay within _CUT_PUSHES per tensor, taken
     if on average _CUT_COVER tensors or more are live at a leaf above it and the tensors
@@ -491,9 +502,6 @@ class _Layout:
                 kind[at_hub] = 2
         self.hub = n_leaves + hub if (kind == 2).any() else 0  # a leaf node, or 0: none
         kind[(lo == 0) & (hi == n_points - 1)] = 1
-        kinds = np.zeros(n, np.int64)
-        kinds[ids] = kind
-        kinds = kinds.tolist()
         los, his = np.zeros(n, np.int64), np.zeros(n, np.int64)  # as leaf nodes
         los[ids], his[ids] = n_leaves + lo, n_leaves + hi
         los, his = los.tolist(), his.tolist()
@@ -518,6 +526,27 @@ class _Layout:
         query_join = np.full(n, 2 * n_leaves + 1)  # the last join a tensor covers, or above all nodes
         over = j1 > j0
         query_join[over] = joins[j1[over] - 1]
+        # lead-ins: a query that ends at a join and covers no other (a branch output read
+        # by the concat) conflicts with the join's union and with the tensors of the tree
+        # whose last leaf lies in lo..join - 1, which all have that join as the next one
+        # after their last leaf: each tensor goes into a Fenwick tree of that join over
+        # p = join - last leaf, and the query reads the prefix p <= join - lo
+        lead = tree & (j1[ids] - j0[ids] == 1)
+        lead[lead] = n_leaves + hi[lead] == joins[j0[ids[lead]]]
+        kind[lead] = 4
+        lead_len = np.zeros(len(joins), np.int64)  # the longest prefix a lead-in query reads, per join
+        np.maximum.at(lead_len, j0[ids[lead]], (hi - lo)[lead])
+        self.lead_len = lead_len.tolist()
+        nxt = np.searchsorted(joins, n_leaves + hi, "right")  # the first join after the last leaf
+        feed = tree & (nxt < len(joins))
+        feed[feed] = joins[nxt[feed]] - n_leaves - hi[feed] <= lead_len[nxt[feed]]
+        lead_b, lead_p = np.zeros(n, np.int64), np.zeros(n, np.int64)  # into Fenwick tree lead_b - 1 at lead_p
+        lead_b[ids[feed]] = nxt[feed] + 1
+        lead_p[ids[feed]] = joins[nxt[feed]] - n_leaves - hi[feed]
+        lead_b, lead_p = lead_b.tolist(), lead_p.tolist()
+        kinds = np.zeros(n, np.int64)
+        kinds[ids] = kind
+        kinds = kinds.tolist()
         j0, j1 = j0.tolist(), j1.tolist()
         # the tree: canonical nodes, and the cut
         tree = np.flatnonzero(tree)
@@ -555,7 +584,7 @@ class _Layout:
         self.floor = (2 * n_leaves) >> cut if cut is not None else 1  # the walk from a leaf reads nodes >= floor
         # start lists: the canonical nodes of lo + 1..hi of the long queries, none above
         # the height `cap`: a node above it is read as its descendants at that height
-        longq = np.flatnonzero((kind >= 2) & (hi - lo >= _SHORT))
+        longq = np.flatnonzero((kind >= 2) & (kind < 4) & (hi - lo >= _SHORT))
         owner, node, height = _decompose(lo[longq] + 1, hi[longq], n_leaves)
         owner = ids[longq][owner]
         cap = _start_cap(node, height, lo[tree], n_leaves)
@@ -586,10 +615,10 @@ class _Layout:
         self.sup = _up_pointers((need > 0) | (reach_need > 0))
         # per tensor: (kind, size in units, first leaf node, last leaf node, its canonical
         # nodes below the cut cnodes[c0:c1], start nodes snodes[s0:s1], cut nodes a..b - 1,
-        # joins j0..j1 - 1)
+        # joins j0..j1 - 1, into the lead-in of join lead_b - 1 at lead_p)
         sizes = (-(-size // alignment)).tolist()
         self.records = list(zip(kinds, sizes, los, his, cptr[:-1], cptr[1:], sptr[:-1], sptr[1:],
-                                cut_a, cut_b, j0, j1))
+                                cut_a, cut_b, j0, j1, lead_b, lead_p))
 
 
 def _start_cap(node, height, lo, n_leaves):
@@ -647,6 +676,7 @@ def _place(lay, order, limit=None):
         cut_pending = [[] for _ in range(n_cut)]
     placed, placing, every, at_hub = [], [], [], []  # placing: ranges on their way into placed
     joined = [[] for _ in joins]  # the union of the tree's tensors live at each join
+    leads = [[None] * (n + 1) for n in lay.lead_len]  # per join, its lead-in (Fenwick tree, from 1)
     # the lowest last leaf among the tensors of full[v] and of the leaf lists starts[v]: a
     # list whose tensors all reach a join is inside its union (kept where there are joins)
     reach, start_reach = [n_nodes] * n_nodes, [n_nodes] * n_nodes
@@ -655,7 +685,7 @@ def _place(lay, order, limit=None):
     offsets = [0] * len(records)
     top = 0
     for i in order:
-        kind, size, lo, hi, c0, c1, s0, s1, cut_a, cut_b, j0, j1 = records[i]  # lo, hi: leaf nodes
+        kind, size, lo, hi, c0, c1, s0, s1, cut_a, cut_b, j0, j1, lead_b, lead_p = records[i]  # lo, hi: leaf nodes
         if not kind:
             continue
         if max_lo <= hi and min_hi >= lo:  # everything placed conflicts
@@ -686,7 +716,14 @@ def _place(lay, order, limit=None):
                         events.sort()
                         lists.append(_merge_events(events))
             x = lo  # live at lo: the ancestors below the cut, then the cut's union
-            if j0 < j1:  # over a join: leave out what lies in its union
+            if kind == 4:  # ends at a join: its lead-in from lo on (and the join's union, below)
+                lead, p = leads[j0], hi - lo
+                while p:
+                    runs = lead[p]
+                    if runs:
+                        lists.append(runs)
+                    p &= p - 1
+            elif j0 < j1:  # over a join: leave out what lies in its union
                 join = joins[j1 - 1]
                 while x >= floor:
                     runs = full[x]
@@ -700,7 +737,7 @@ def _place(lay, order, limit=None):
                     if runs:
                         lists.append(runs)
                     x = up[x]
-            if cut is not None:
+            if cut is not None and kind != 4:
                 w = lo >> cut
                 base, ranges = cut_runs[w], cut_pending[w]
                 if ranges:
@@ -709,7 +746,7 @@ def _place(lay, order, limit=None):
                         _insert_indexed(base, index, shift, ranges[k], ranges[k + 1])
                     ranges.clear()
             if s0 == s1:  # started in lo + 1..hi, leaf by leaf
-                if hi > lo:
+                if hi > lo and kind != 4:
                     for v in range(lo + 1, hi + 1):
                         runs = starts[v]
                         if runs:
@@ -789,8 +826,17 @@ def _place(lay, order, limit=None):
             max_lo = lo
         if hi < min_hi:
             min_hi = hi
-        if kind == 3:
+        if kind >= 3:
             s, e = 2 * off + 1, 2 * end
+            if lead_b:
+                lead, p = leads[lead_b - 1], lead_p
+                while p < len(lead):
+                    runs = lead[p]
+                    if runs is None:
+                        lead[p] = [s, e]
+                    else:
+                        _union_into(runs, off, end)
+                    p += p & -p
             for c in cnodes[c0:c1]:
                 runs = full[c]
                 if runs is None:

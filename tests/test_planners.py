@@ -390,10 +390,37 @@ def test_engine_configs_reach_every_path(monkeypatch):
     for config in engine_configs():
         for ivs in shaped_sets(rng):
             layout = planners._Layout(planners._columns(ivs), 64)
-            layouts.update(cut=layout.cut is not None, join=bool(layout.joins), hub=layout.hub > 0)
+            layouts.update(cut=layout.cut is not None, join=bool(layout.joins), hub=layout.hub > 0,
+                           lead=any(r[0] == 4 for r in layout.records), fed=any(r[12] for r in layout.records))
             planners.greedy_by_size(ivs, 64)
     assert all(calls.values()) and len(calls) == 6, calls
-    assert all(layouts[k] for k in ("cut", "join", "hub")), layouts
+    assert all(layouts[k] for k in ("cut", "join", "hub", "lead", "fed")), layouts
+
+
+def test_lead_ins_of_joins_match_tflite():
+    # blocks of 128 branches whose outputs all end at the block's concat (a join, at the
+    # default knobs): the outputs read the join's union and its lead-in (a Fenwick tree of
+    # the branch tensors by distance to the join); a few long tensors cross the joins, a
+    # few outputs outlive their concat (over a join, not a lead-in query)
+    rng = random.Random(6)
+    rows, s = [], 0
+    for block in range(3):
+        outs = []
+        for b in range(128):
+            rows.append((s, s + 1))
+            s += 1
+            outs.append(s)
+        rows += [(o, s + (rng.random() < 0.05)) for o in outs]
+        s += 2
+    rows += [(rng.randrange(s), s) for _ in range(4)] + [(0, rng.randrange(s)) for _ in range(4)]
+    ivs = [iv(t, f, l, rng.choice([64, 128, rng.randrange(1, 1 << 16)])) for t, (f, l) in enumerate(rows)]
+    rng.shuffle(ivs)
+    layout = planners._Layout(planners._columns(ivs), 64)
+    assert layout.joins and any(r[0] == 4 for r in layout.records) and any(r[12] for r in layout.records)
+    for alignment in (1, 64):
+        assert planners.greedy_by_size(ivs, alignment) == ref_best_fit(ivs, alignment, ref_size_order(ivs))
+        assert planners.greedy_by_breadth(ivs, alignment) == ref_best_fit(ivs, alignment,
+                                                                         ref_breadth_order(ivs, alignment))
 
 
 def whole_portfolio(ivs, alignment):
