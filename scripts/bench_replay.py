@@ -9,7 +9,8 @@ light architectures, see tests/onnx_light.py):
    step, and each plan's largest difference from the jax.jit peer's outputs.
 2. step latency: interleaved rounds (as scripts/bench_onnx.py), median with min-max,
    of the three launch modes' sessions, the sink plan with its native executables
-   (`native`, trust_executables=True: what a host deploys) and the jax.jit peers,
+   (`native`, trust_executables=True: what a host deploys; `native-py`: the same
+   executables called from Python, the fallback) and the jax.jit peers,
    numpy in -> numpy out
    (the same host round trip for all) and device in -> device out. Two peers:
    `jit(args)` takes the weights as arguments (as a sink plan takes its constant pool:
@@ -275,8 +276,11 @@ def latency(models, args):
         stor = to_storage(m.feeds, specs)
         dev_feeds = {k: jax.device_put(v) for k, v in stor.items()}
         host, device = {}, {}
-        for mode in MODES + ("native",):  # native: the sink plan with its executables (what a host deploys)
-            sess = executor.load(m.paths[mode], trust_executables=mode == "native")
+        # native: the sink plan with its executables (what a host deploys), called through
+        # jax's dispatch; native-py: the same executables called from Python (the fallback)
+        for mode in MODES + ("native", "native-py"):
+            sess = load_native_py(m.paths["native"]) if mode == "native-py" else \
+                executor.load(m.paths[mode], trust_executables=mode == "native")
             host[mode] = (lambda s: lambda: s.run(m.feeds))(sess)
             device[mode] = (lambda s: lambda: jax.block_until_ready(s.run(dev_feeds, device_outputs=True)))(sess)
         for label, as_args in (("jit(args)", True), ("jit(const)", False)):
@@ -318,6 +322,19 @@ def latency(models, args):
         print(f"{'':12s} Session.check_feeds alone (part of every run): host feeds {np.median(chk[0]) * 1e6:.1f} us, "
               f"device feeds {np.median(chk[1]) * 1e6:.1f} us")
         del host, device, runners, sess
+
+
+def load_native_py(path):
+    """A session whose native kernels are called from Python (`native.NativeKernel`,
+    the fallback where jax's internals differ), for comparison."""
+    import executor
+    from aotplan import native
+
+    adopt, native.adopt = native.adopt, lambda *a: None
+    try:
+        return executor.load(path, trust_executables=True)
+    finally:
+        native.adopt = adopt
 
 
 def ready_plan(path, native, feeds, warmup=True):
