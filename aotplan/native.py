@@ -24,6 +24,7 @@ and more per call), is the fallback where this jax's internals differ.
 """
 
 import contextlib
+import functools
 import hashlib
 import platform as _platform
 import threading
@@ -96,6 +97,22 @@ _patch_lock = threading.Lock()
 _patch_users = 0
 
 
+@functools.cache
+def _hand_back_reachable():
+    """Whether jax compiles through `compiler.compile_or_get_cached`, looked up on the
+    module at call time (true of jax 0.4 to 0.10). Checked before adopting, so a jax
+    that compiles elsewhere is never made to compile a kernel only to drop it."""
+    from jax._src import compiler as jc
+    from jax._src.interpreters import pxla
+
+    try:
+        with open(pxla.__file__, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, TypeError, UnicodeDecodeError):
+        return False
+    return getattr(pxla, "compiler", None) is jc and "compiler.compile_or_get_cached(" in source
+
+
 @contextlib.contextmanager
 def _handing_back(exe):
     """While active, jax's compile step in this thread returns `exe` instead of
@@ -137,6 +154,8 @@ def adopt(blob, device, fn, avals):
     where this jax's internals differ (the caller then uses `NativeKernel`)."""
     from jax._src.lib import xla_client
 
+    if not _hand_back_reachable():
+        return None
     exe = _backend(device).deserialize_executable(blob, executable_devices=xla_client.DeviceList((device,)))
     try:
         lowered = fn.lower(*avals)
