@@ -63,7 +63,7 @@ of TFLite.
 import gc
 from bisect import bisect_left, bisect_right, insort
 from contextlib import contextmanager
-from operator import add
+from operator import add, sub
 
 import numpy as np
 
@@ -202,6 +202,29 @@ def _best_gap(runs, size):
     return best if best >= 0 else prev
 
 
+def _best_gap_union(lists, size):
+    """`_best_gap` of the union of a few tagged run lists, without a sweep over every
+    boundary. With all their starts sorted, and all their ends sorted apart, the union
+    has a gap before the k-th start (from 0) iff the (k - 1)-th end comes before it:
+    k ends before it can only be those of the k runs that start before it, so all of
+    those have ended, and the last of them at that end. So the gaps are
+    starts[k] - ends[k - 1] where that is positive (a tagged difference: a gap of g bytes
+    is 2g + 1), and the top of the union is the last end."""
+    starts, ends = [], [0]  # ends[k] is the (k - 1)-th end; 0 the floor below the first start
+    for runs in lists:
+        starts += runs[0::2]
+        ends += runs[1::2]
+    starts.sort()
+    ends.sort()
+    least = 2 * size  # a tagged gap holds `size` bytes iff it is above this
+    best, at, k = 0, 0, 0
+    for gap in map(sub, starts, ends):
+        if gap > least and (not best or gap < best):  # the first smallest: the lowest
+            best, at = gap, k
+        k += 1
+    return ends[at] >> 1 if best else ends[-1] >> 1
+
+
 _NUMPY_EVENTS = 1024  # boundaries; past this many a union of lists goes to _best_gap_many
 _SKIP_EVENTS = 1024  # past this many, first try merging list by list, skipping covered runs
 _SKIP_BUDGET = 32  # runs merged (not skipped) before giving that up for numpy
@@ -323,37 +346,38 @@ def _best_gap_indexed(runs, index, shift, lists, size):
     """`_best_gap` of the union of `runs` (indexed) and the run lists `lists`, whose runs
     lie in the gaps of `runs` or above them (they may touch them, not overlap them). The
     gaps that those runs fall into are read piece by piece; the best of the others is
-    the first untouched key of the index from `size` up."""
-    events = []
+    the first untouched key of the index from `size` up. The union of `lists` is read
+    run by run as in `_best_gap_union`."""
+    starts, ends = [], [0]
     for extra in lists:
-        events += extra
-    events.sort()
+        starts += extra[0::2]
+        ends += extra[1::2]
+    starts.sort()
+    ends.sort()
     n = len(runs)
     best, touched = -1, []
     cur, g1 = -1, -1  # where the free piece at hand starts (-1: none yet); the end of its gap (-1: no end)
-    depth = 0
-    for e in events:
-        if e & 1:
-            if not depth:
-                a = e >> 1
-                if cur < 0 or 0 <= g1 <= a:  # a run in another gap: close the one at hand
-                    if cur >= 0 and g1 - cur >= size:
-                        key = (g1 - cur) << shift | cur
-                        if best < 0 or key < best:
-                            best = key
-                    i = bisect_right(runs, 2 * a + 1)
-                    cur = runs[i - 1] >> 1 if i else 0
-                    g1 = runs[i] >> 1 if i < n else -1
-                    touched.append(cur)
-                if a - cur >= size:
-                    key = (a - cur) << shift | cur
-                    if best < 0 or key < best:
-                        best = key
-            depth += 1
-        else:
-            depth -= 1
-            if not depth:
-                cur = e >> 1
+    for s, e in zip(starts, ends):  # e: the last end before s (tagged; 0 before the first start)
+        if s < e:
+            continue  # inside a run of the union
+        a = s >> 1  # a run of the union starts at a; the one before it (if any) ended at e
+        if e:
+            cur = e >> 1
+        if cur < 0 or 0 <= g1 <= a:  # a run in another gap: close the one at hand
+            if cur >= 0 and g1 - cur >= size:
+                key = (g1 - cur) << shift | cur
+                if best < 0 or key < best:
+                    best = key
+            i = bisect_right(runs, s)
+            cur = runs[i - 1] >> 1 if i else 0
+            g1 = runs[i] >> 1 if i < n else -1
+            touched.append(cur)
+        if a - cur >= size:
+            key = (a - cur) << shift | cur
+            if best < 0 or key < best:
+                best = key
+    if starts:
+        cur = ends[-1] >> 1  # the top of the union
     top = runs[-1] >> 1 if n else 0
     if cur >= 0:
         if g1 < 0:
@@ -792,29 +816,10 @@ def _place(lay, order, limit=None):
                         lists = [acc]
                 if len(lists) < 2:
                     off = _best_gap(lists[0], size) if lists else 0
+                elif sum(map(len, lists)) > _NUMPY_EVENTS:
+                    off = _best_gap_many(lists, size)
                 else:
-                    events = []
-                    for runs in lists:
-                        events += runs
-                    if len(events) > _NUMPY_EVENTS:
-                        off = _best_gap_many(lists, size)
-                    else:
-                        events.sort()
-                        best, best_len, prev, depth = -1, 0, 0, 0
-                        for e in events:
-                            if e & 1:
-                                if not depth:
-                                    gap = (e >> 1) - prev
-                                    if gap >= size and (best < 0 or gap < best_len):
-                                        best, best_len = prev, gap
-                                        if gap == size:
-                                            break
-                                depth += 1
-                            else:
-                                depth -= 1
-                                if not depth:
-                                    prev = e >> 1
-                        off = best if best >= 0 else prev
+                    off = _best_gap_union(lists, size)
         offsets[i] = off * align
         end = off + size  # the placed rectangle [off, end)
         if end > top:

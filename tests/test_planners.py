@@ -380,7 +380,7 @@ def test_every_engine_path_matches_tflite_on_shaped_sets():
 def test_engine_configs_reach_every_path(monkeypatch):
     calls = Counter()
     for name in ("_best_gap_indexed", "_insert_indexed", "_merge_skipping", "_best_gap_many", "_merge_ranges_np",
-                 "_add_ranges"):
+                 "_add_ranges", "_best_gap_union"):
         def counted(*args, _f=getattr(planners, name), _name=name):
             calls[_name] += 1
             return _f(*args)
@@ -393,7 +393,7 @@ def test_engine_configs_reach_every_path(monkeypatch):
             layouts.update(cut=layout.cut is not None, join=bool(layout.joins), hub=layout.hub > 0,
                            lead=any(r[0] == 4 for r in layout.records), fed=any(r[12] for r in layout.records))
             planners.greedy_by_size(ivs, 64)
-    assert all(calls.values()) and len(calls) == 6, calls
+    assert all(calls.values()) and len(calls) == 7, calls
     assert all(layouts[k] for k in ("cut", "join", "hub", "lead", "fed")), layouts
 
 
@@ -521,6 +521,33 @@ def test_indexed_runs_match_plain_runs():
                 planners._union_into(union, extra[k] >> 1, extra[k + 1] >> 1)
         for size in (1, 5, 20, 80, 400):
             assert planners._best_gap_indexed(runs, index, shift, lists, size) == planners._best_gap(union, size)
+
+
+def test_best_gap_of_a_union_of_lists():
+    # _best_gap_union (starts and ends sorted apart) gives the best gap of the union of
+    # lists that overlap, touch, repeat runs or are empty: as a byte-by-byte scan does
+    rng = random.Random(5)
+    for _ in range(2000):
+        lists, used = [], set()
+        for _ in range(rng.randrange(0, 6)):
+            runs = []
+            for _ in range(rng.randrange(0, 6)):
+                a = rng.randrange(0, 120)
+                b = a + rng.randrange(1, 25)
+                planners._union_into(runs, a, b)
+                used.update(range(a, b))
+            lists.append(runs)
+        if lists and rng.random() < 0.2:
+            lists.append(list(rng.choice(lists)))  # the same runs twice
+        top = max(used, default=-1) + 1
+        for size in (1, 2, 3, 7, 20, 200):
+            want, best_len, start = None, None, 0
+            for byte in range(top + 1):  # free runs below the top, the lowest smallest that holds size
+                if byte in used or byte == top:
+                    if byte - start >= size and (want is None or byte - start < best_len):
+                        want, best_len = start, byte - start
+                    start = byte + 1
+            assert planners._best_gap_union(lists, size) == (top if want is None else want)
 
 
 def test_thousands_of_tensors_live_at_once():
