@@ -175,16 +175,18 @@ def _add_ranges(runs, ranges):
 
 
 def _merge_ranges_np(ranges):
-    """The union of the byte ranges [a0, b0, a1, b1, ...] as tagged runs, by numpy."""
-    pairs = np.array(ranges, dtype=np.int64).reshape(-1, 2)
-    pairs = pairs[np.argsort(pairs[:, 0], kind="stable")]
-    reach = np.maximum.accumulate(pairs[:, 1])
-    new = np.flatnonzero(pairs[1:, 0] > reach[:-1]) + 1  # the ranges that start a run
-    heads = np.concatenate(([0], new))
-    tails = np.concatenate((new - 1, [len(pairs) - 1]))
-    out = np.empty(2 * len(heads), dtype=np.int64)
-    out[0::2] = 2 * pairs[heads, 0] + 1
-    out[1::2] = 2 * reach[tails]
+    """The union of the byte ranges [a0, b0, a1, b1, ...] as tagged runs, by numpy. With
+    the starts and the ends sorted apart, a run of the union begins at the k-th start iff
+    the (k - 1)-th end lies below it (touching ranges merge), and the run before it ends
+    there (see `_best_gap_union`)."""
+    both = np.array(ranges, dtype=np.int64)
+    starts, ends = np.sort(both[0::2]), np.sort(both[1::2])
+    new = np.flatnonzero(starts[1:] > ends[:-1]) + 1  # the starts that begin a run
+    out = np.empty(2 * len(new) + 2, dtype=np.int64)
+    out[0] = 2 * starts[0] + 1
+    out[2::2] = 2 * starts[new] + 1
+    out[1:-1:2] = 2 * ends[new - 1]
+    out[-1] = 2 * ends[-1]
     return out.tolist()
 
 
