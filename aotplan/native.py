@@ -9,6 +9,7 @@ build host had. This is the one module that touches the XLA client's internal ca
     backend.serialize_executable(compiled.runtime_executable())        -> bytes
     backend.deserialize_executable(blob, executable_devices=DeviceList) -> executable
     executable.execute_sharded(args).disassemble_into_single_device_arrays()
+    jax._src.compiler.compile_or_get_cached (replaced while `adopt` compiles)
 
 The executor uses a plan's executables only when `fingerprint(device)` equals the
 plan's and the plan is trusted (signature verified, or the caller says so); anything
@@ -72,15 +73,19 @@ def serialize(compiled, device):
         return b""
 
 
+def load(blob, device):
+    """Serialized executable bytes -> a loaded executable on `device`."""
+    from jax._src.lib import xla_client
+
+    return _backend(device).deserialize_executable(blob, executable_devices=xla_client.DeviceList((device,)))
+
+
 class NativeKernel:
-    """A deserialized executable, called like a compiled jax function with flat array
+    """A loaded executable, called like a compiled jax function with flat array
     arguments; returns one array or a tuple of them, as the kernel's signature says."""
 
-    def __init__(self, blob, device, returns_tuple):
-        from jax._src.lib import xla_client
-
-        self._exe = _backend(device).deserialize_executable(
-            blob, executable_devices=xla_client.DeviceList((device,)))
+    def __init__(self, exe, device, returns_tuple):
+        self._exe = exe
         self._single = not returns_tuple
         self._device = device
 
@@ -148,15 +153,12 @@ def _handing_back(exe):
             raise RuntimeError("jax did not reach its compile step")
 
 
-def adopt(blob, device, fn, avals):
+def adopt(exe, fn, avals):
     """`fn` (a jitted kernel, with its donation) lowered for `avals`, as a
-    `jax.stages.Compiled` that runs the native executable `blob` -> Compiled, or None
+    `jax.stages.Compiled` that runs the loaded executable `exe` -> Compiled, or None
     where this jax's internals differ (the caller then uses `NativeKernel`)."""
-    from jax._src.lib import xla_client
-
     if not _hand_back_reachable():
         return None
-    exe = _backend(device).deserialize_executable(blob, executable_devices=xla_client.DeviceList((device,)))
     try:
         lowered = fn.lower(*avals)
         with _handing_back(exe):

@@ -140,11 +140,10 @@ class Session:
             donate = role != "output"
             if self.kernel_source == "native" and k.native:
                 try:
+                    exe = native.load(k.native, self.device)
                     # jax's own call path where this jax allows it, else a direct call
-                    self._kernels[ki] = (native.adopt(k.native, self.device, kernel_function(exp, donate),
-                                                      exp.in_avals)
-                                         or native.NativeKernel(k.native, self.device,
-                                                                len(returns) > 1 or role == "output"))
+                    self._kernels[ki] = (native.adopt(exe, kernel_function(exp, donate), exp.in_avals)
+                                         or native.NativeKernel(exe, self.device, len(returns) > 1 or role == "output"))
                     continue
                 except Exception as e:
                     raise PlanError(f"kernel {k.name!r}: its native executable does not load here: {e}") from None
