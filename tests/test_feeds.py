@@ -22,3 +22,24 @@ def test_bad_feed(examples, bad, pattern):
     with pytest.raises(FeedError, match=pattern):
         sess.run(bad(feeds))
     np.testing.assert_array_equal(np.asarray(sess._arena), before)
+
+
+def test_plain_feeds_pass_as_they_are_and_the_rest_take_the_full_check(examples):
+    """The common feed (C-contiguous numpy of the exact dtype and shape) is handed on as
+    it is; a non-contiguous or byte-swapped array, an extra key or a subclass still
+    meets the full check: copied, refused or named, as before."""
+    graph, _, sess = examples["cnn"]
+    feeds = random_feeds(graph, 4)
+    image = feeds["image"]
+    assert sess.check_feeds(feeds)[0] is image
+    want = sess.run(feeds)["fc"]
+    fortran = {"image": np.asfortranarray(image)}
+    staged = sess.check_feeds(fortran)[0]
+    assert staged is not fortran["image"] and staged.flags.c_contiguous
+    np.testing.assert_array_equal(sess.run(fortran)["fc"], want)
+    with pytest.raises(FeedError, match=r"got >f4\[2, 3, 32, 32\]"):
+        sess.check_feeds({"image": image.astype(">f4")})
+    with pytest.raises(FeedError, match=r"a masked array"):
+        sess.check_feeds({"image": np.ma.masked_array(image)})
+    with pytest.raises(FeedError, match=r"unknown input 'extra'"):
+        sess.check_feeds({"image": image, "extra": image})
