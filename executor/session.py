@@ -346,10 +346,8 @@ class Session:
         return outs
 
     def _host_outputs(self, outs):
-        """Device outputs -> numpy arrays of the logical dtypes (only the narrowed 64-bit
-        dtypes convert)."""
-        return {n: dtypes.from_storage(o, t.dtype) if t.dtype in dtypes.NARROWED else np.asarray(o)
-                for n, t, o in zip(self._output_names, self._outputs, outs)}
+        """Device outputs -> numpy arrays of the logical dtypes."""
+        return {n: dtypes.from_storage(o, t.dtype) for n, t, o in zip(self._output_names, self._outputs, outs)}
 
     def run_launches(self, feeds, after):
         """Launch-by-launch replay for tools (profile, dump, check): like `run`, with
