@@ -212,3 +212,40 @@ def test_fused_group_ends_where_the_fewest_bytes_cross():
     assert _fused_groups(down, shapes, 0) == [["c1", "r", "p"], ["c2"]]
     # below the work threshold nothing is cut
     assert _fused_groups(nodes, shapes, 10**12) == [[n.name for n in nodes]]
+
+
+def test_fused_group_waits_for_a_narrower_cut_ahead():
+    """A transformer FFN: matmul -> gelu (4x wide) -> matmul -> residual add -> matmul.
+    When the second matmul arrives the group has its work (544 >= 500 FLOPs), but every
+    cut there carries the wide gelu output (x 32 B + gelu 128 B). Within the lookahead a
+    cut after the add carries only 32 B, so the group takes the second matmul and ends
+    there; without lookahead it ends at the wide point."""
+    from compiler.passes import group
+
+    shapes = {"x": (1, 8), "w1": (8, 32), "m1": (1, 32), "g": (1, 32), "w2": (32, 8), "m2": (1, 8),
+              "a": (1, 8), "w3": (8, 8), "m3": (1, 8)}
+    nodes = [Node("m1", "matmul", ("x", "w1"), ("m1",)), Node("g", "gelu", ("m1",), ("g",)),
+             Node("m2", "matmul", ("g", "w2"), ("m2",)), Node("a", "add", ("x", "m2"), ("a",)),
+             Node("m3", "matmul", ("a", "w3"), ("m3",))]
+    info = {t: TensorInfo(t, "float32", s) for t, s in shapes.items()}
+    names = lambda gs: [[n.name for n in g] for g in gs]  # noqa: E731
+    assert names(group.run(nodes, "fused", info, 500)) == [["m1", "g", "m2", "a"], ["m3"]]
+    assert names(group.run(nodes, "fused", info, 500, lookahead=0)) == [["m1", "g"], ["m2", "a"], ["m3"]]
+
+
+def test_narrowest_cut_query_matches_a_scan():
+    """group._Narrowest (a sparse table) against a linear scan: fewest bytes, latest on ties."""
+    from compiler.passes.group import _Narrowest
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        cross = [int(c) for c in rng.integers(0, 6, rng.integers(1, 40))]
+        narrowest = _Narrowest(cross)
+        for _ in range(20):
+            lo = int(rng.integers(0, len(cross) + 1))
+            hi = int(rng.integers(lo, len(cross) + 1))
+            want = None
+            for p in range(lo, hi):
+                if want is None or cross[p] <= cross[want]:
+                    want = p
+            assert narrowest(lo, hi) == want, (cross, lo, hi)

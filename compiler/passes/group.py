@@ -20,7 +20,11 @@ Only tensors that cross launches (and the graph's inputs and outputs) are given 
 bytes; the others live inside one kernel, where XLA plans them.
 """
 
+import bisect
+import itertools
 import math
+
+import numpy as np
 
 from aotplan import dtypes
 
@@ -32,6 +36,7 @@ MODES = ("sink", "fused", "kernel")
 # (Before aotplan 0.4, conv FLOPs of SIO weights were overcounted by about O/kh, so the
 # old 2M acted like a far larger threshold on CNNs.)
 MIN_GROUP_FLOPS = 100_000_000
+LOOKAHEAD = 8
 
 
 def flops(node, info):
@@ -51,51 +56,78 @@ def flops(node, info):
     return out
 
 
-def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None):
+def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None, lookahead=LOOKAHEAD):
     """-> tuple of tuples of nodes, in schedule order (`info`: tensor name ->
     TensorInfo, needed for fused mode; `sizes`: tensor name -> stored bytes, by
-    default its logical bytes)."""
+    default its logical bytes; `lookahead`: how far, in multiples of `min_flops`, a
+    group looks for a narrower place to end)."""
     if mode == "kernel":
         return tuple((n,) for n in order)
     if mode == "sink":
         return (tuple(order),) if order else ()
     if mode != "fused":
         raise ValueError(mode)
-    last = {}  # tensor -> position of its last reader in `order`
-    for i, n in enumerate(order):
-        for t in n.inputs:
-            last[t] = i
     if sizes is None:
         sizes = {t: math.prod(ti.shape) * dtypes.itemsize(ti.dtype) for t, ti in info.items()}
-    groups, cur, anchor, work = [], [], -1, 0
-    for i, n in enumerate(order):
-        if n.op in ANCHORS:
-            if anchor >= 0 and work >= min_flops:
-                j = _cheapest_cut(cur, anchor, i - len(cur), last, sizes)
-                groups.append(tuple(cur[:j]))
-                cur = cur[j:]
-                work = sum(flops(m, info) for m in cur)
-            anchor = len(cur)
-        cur.append(n)
-        work += flops(n, info)
-    if cur:
-        groups.append(tuple(cur))
+    cross = _crossing(order, sizes)
+    narrowest = _Narrowest(cross)
+    work = list(itertools.accumulate((flops(n, info) for n in order), initial=0))  # work[p]: before p
+    anchors = [i for i, n in enumerate(order) if n.op in ANCHORS]
+    anchor_work = [work[a] for a in anchors]
+    budget = lookahead * min_flops
+    groups, start = [], 0
+    for k in range(1, len(anchors)):
+        prev, i = anchors[k - 1], anchors[k]
+        if prev < start or work[i] - work[start] < min_flops:
+            continue  # the group has no anchor yet, or too little work: it takes anchor i
+        p = narrowest(prev + 1, i + 1)
+        if budget > 0:  # a narrower place ahead, within `budget` FLOPs of work: end there
+            h = bisect.bisect_left(anchor_work, work[i] + budget, k + 1)
+            q = narrowest(i + 1, anchors[h] + 1 if h < len(anchors) else len(order))
+            if q is not None and cross[q] < cross[p]:
+                continue
+        groups.append(tuple(order[start:p]))
+        start = p
+    if start < len(order):
+        groups.append(tuple(order[start:]))
     return tuple(groups)
 
 
-def _cheapest_cut(cur, anchor, base, last, sizes):
-    """Where the group `cur` (starting at position `base` of the order) ends: after
-    its last anchor (index `anchor`), at the point among the cheap ops that follow it
-    whose crossing tensors (made before the cut, read after it) have the fewest bytes;
-    the latest such point on ties. A UNet decoder block's upsampling then starts the
-    next group instead of ending this one, so the 4x larger upsampled tensor stays
-    inside a kernel instead of crossing in the arena."""
-    best, best_j = None, len(cur)
-    for j in range(len(cur), anchor, -1):
-        cross = sum(sizes.get(o, 0) for n in cur[:j] for o in n.outputs if last.get(o, -1) >= base + j)
-        if best is None or cross < best:
-            best, best_j = cross, j
-    return best_j
+def _crossing(order, sizes):
+    """cross[p]: the bytes of the tensors made before position p of the order and read
+    at or after it: what a cut before order[p] puts in the arena."""
+    last = {}
+    for i, n in enumerate(order):
+        for t in n.inputs:
+            last[t] = i
+    diff = [0] * (len(order) + 1)
+    for i, n in enumerate(order):
+        for o in n.outputs:
+            if last.get(o, -1) > i:
+                diff[i + 1] += sizes.get(o, 0)
+                diff[last[o] + 1] -= sizes.get(o, 0)
+    return list(itertools.accumulate(diff))
+
+
+class _Narrowest:
+    """narrowest(lo, hi): the position in [lo, hi) with the fewest crossing bytes, the
+    latest on ties (None if the range is empty), in O(1) from a sparse table of
+    keys cross * N + (N - 1 - position)."""
+
+    def __init__(self, cross):
+        self.n = n = len(cross)
+        key = np.asarray(cross, dtype=np.int64) * n + np.arange(n - 1, -1, -1, dtype=np.int64)
+        self.levels = [key]
+        while 2 ** len(self.levels) <= n:
+            k, w = self.levels[-1], 2 ** (len(self.levels) - 1)
+            self.levels.append(np.minimum(k[:-w], k[w:]))
+
+    def __call__(self, lo, hi):
+        if hi <= lo:
+            return None
+        j = (hi - lo).bit_length() - 1
+        t = self.levels[j]
+        return self.n - 1 - int(min(t[lo], t[hi - 2 ** j])) % self.n
 
 
 def label(group, mode, index):
