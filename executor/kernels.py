@@ -8,7 +8,7 @@ writes it, so every call updates the arena in place.
 import jax
 import numpy as np
 
-from aotplan import dtypes
+from aotplan import dtypes, xla_options
 from aotplan.errors import PlanError
 
 
@@ -47,6 +47,6 @@ def compile_kernel(name, exp, donate, platform):
                         f"recompile the model for this platform")
     fn = kernel_function(exp, donate)
     try:
-        return fn.lower(*exp.in_avals).compile()
+        return xla_options.compile(fn.lower(*exp.in_avals), platform)
     except Exception as e:
         raise PlanError(f"kernel {name!r}: XLA could not compile it on this host: {e}") from None

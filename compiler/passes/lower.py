@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax._src import config as jax_config
 
-from aotplan import dtypes, formats, native
+from aotplan import dtypes, formats, native, xla_options
 from aotplan.errors import ModelError
 from compiler import arena_io
 from compiler import formats as cformats
@@ -92,7 +92,7 @@ class _Exporter:
             # a build host outside the targets compiles its own export, for the workspace
             here = exp if host in self.targets else jax.export.export(jitted, platforms=(host,))(*specs)
             call = jax.jit(here.call, donate_argnums=0) if donate else jax.jit(here.call)
-            compiled = call.lower(*here.in_avals).compile()
+            compiled = xla_options.compile(call.lower(*here.in_avals), host)
         ma = compiled.memory_analysis()
         temp = int(getattr(ma, "temp_size_in_bytes", 0) or 0) if ma is not None else 0
         alias = int(getattr(ma, "alias_size_in_bytes", 0) or 0) if ma is not None else 0
