@@ -16,8 +16,9 @@ light architectures, see tests/onnx_light.py):
    `jit(args)` takes the weights as arguments (as a sink plan takes its constant pool:
    the like-for-like peer, and the one ratios are taken to) and `jit(const)` is
    `jax.jit(reference.make_function(graph))`, whose weights are closed-over constants
-   that XLA sees as literals (it may fold them). Targets: sink and native <= 1.0x, fused
-   <= 1.2x.
+   that XLA sees as literals (it may fold them). `jit(opts)` is jit(args) compiled
+   with the XLA options aotplan's kernels get (aotplan/xla_options.py): how much of a
+   plan's lead is those options. Targets: sink and native <= 1.0x, fused <= 1.2x.
 3. readiness in this process (jax already imported; `jax.clear_caches()` before each
    measurement, so no kernel is reused from an earlier compile in this process):
    plan load + first output (StableHLO sink plan; sink plan with native executables,
@@ -84,13 +85,16 @@ def to_storage(feeds, specs):
     return {name: dtypes.to_storage(feeds[name], dtype, name) for name, dtype, _ in specs}
 
 
-def make_peer(graph, weights_as_args=True):
+def make_peer(graph, weights_as_args=True, aot_options=False):
     """The jax.jit peer: -> (step, out_info) where step(feeds in storage dtypes) ->
     {output: array}. With weights_as_args, the jitted function takes the weights as
     arguments (device arrays made once here), as a sink plan takes its constant pool;
-    otherwise it is `jax.jit(reference.make_function(graph))`, weights closed over."""
+    otherwise it is `jax.jit(reference.make_function(graph))`, weights closed over.
+    With aot_options, compiled with the XLA options aotplan's kernels get
+    (aotplan/xla_options.py), to tell their effect from the plan's own."""
     import jax
 
+    from aotplan import xla_options
     from compiler import reference
 
     if not weights_as_args:
@@ -99,7 +103,16 @@ def make_peer(graph, weights_as_args=True):
         return jitted, info
     fn, weights, info = reference.make_function_of_weights(graph)
     jitted = jax.jit(fn)
-    return (lambda feeds: jitted(weights, feeds)), info
+    if not aot_options:
+        return (lambda feeds: jitted(weights, feeds)), info
+    compiled = {}
+
+    def step(feeds):
+        if not compiled:
+            platform = "cuda" if jax.devices()[0].platform == "gpu" else jax.devices()[0].platform
+            compiled[0] = xla_options.compile(jitted.lower(weights, feeds), platform)
+        return compiled[0](weights, feeds)
+    return step, info
 
 
 def host_outputs(outs, info):
@@ -283,8 +296,9 @@ def latency(models, args):
                 executor.load(m.paths[mode], trust_executables=mode == "native")
             host[mode] = (lambda s: lambda: s.run(m.feeds))(sess)
             device[mode] = (lambda s: lambda: jax.block_until_ready(s.run(dev_feeds, device_outputs=True)))(sess)
-        for label, as_args in (("jit(args)", True), ("jit(const)", False)):
-            step, info = make_peer(m.graph, as_args)
+        for label, as_args, opts in (("jit(args)", True, False), ("jit(const)", False, False),
+                                     ("jit(opts)", True, True)):
+            step, info = make_peer(m.graph, as_args, opts)
             host[label] = (lambda st, inf: lambda: host_outputs(st(stor), inf))(step, info)
             device[label] = (lambda st: lambda: jax.block_until_ready(st(dev_feeds)))(step)
         runners = [(k, "host", f) for k, f in host.items()] + [(k, "device", f) for k, f in device.items()]
