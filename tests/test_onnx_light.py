@@ -72,7 +72,9 @@ def run(name):
     check_conditioned(model)
     check_against_onnxruntime(model, sess)
     assert plan.launch_mode == "fused"
-    assert plan.memory.lower_bound_bytes <= plan.memory.arena_bytes < plan.memory.naive_bytes
+    assert plan.memory.lower_bound_bytes <= plan.memory.arena_bytes <= plan.memory.naive_bytes
+    # with one fused group only the input and output cross: nothing to share
+    assert plan.memory.arena_bytes < plan.memory.naive_bytes or len(plan.launches) == 1
 
 
 @pytest.mark.parametrize("name", FAST)
