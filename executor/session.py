@@ -78,9 +78,12 @@ def _host_platform(device):
 
 
 class Session:
-    """`warmup`: run one step on zero inputs while loading. The first launch of some XLA
-    kernels (convolutions on CPU) pays a one-time runtime set-up of tens of ms; an
-    inference host wants that in load time, not in its first request.
+    """`warmup`: run one step on zero inputs while loading, so that one-time runtime
+    set-up (thread pools, library kernels built on first use, on a GPU module loading)
+    is paid in load time, not in the first request. It costs about one step; on this
+    CPU, with aotplan's XLA options, the first step is now only a few ms slower than
+    the next (squeezenet 12 vs 5 ms, ResNet-50 about the same: `scripts/bench_replay.py`,
+    "no warm-up" rows), so `warmup=False` is the faster way to a first output.
     `trusted`: the plan's native executables may be used (where the host matches).
     `progress`: called with a short text before each stage of loading (each kernel,
     the constants, the warm-up step); `aotplan verify` uses it to name the kernel that
