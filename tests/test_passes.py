@@ -249,3 +249,6 @@ def test_narrowest_cut_query_matches_a_scan():
                 if want is None or cross[p] <= cross[want]:
                     want = p
             assert narrowest(lo, hi) == want, (cross, lo, hi)
+    # crossing bytes too large for int64 keys: exact all the same
+    huge = [2**61, 2**62 + 5, 2**61, 3]
+    assert _Narrowest(huge)(0, 3) == 2 and _Narrowest(huge)(0, 4) == 3 and _Narrowest(huge)(1, 2) == 1

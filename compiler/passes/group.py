@@ -116,7 +116,8 @@ class _Narrowest:
 
     def __init__(self, cross):
         self.n = n = len(cross)
-        key = np.asarray(cross, dtype=np.int64) * n + np.arange(n - 1, -1, -1, dtype=np.int64)
+        dtype = np.int64 if (max(cross, default=0) + 1) * n < 2**62 else object  # exact either way
+        key = np.asarray(cross, dtype=dtype) * n + np.arange(n - 1, -1, -1, dtype=np.int64).astype(dtype)
         self.levels = [key]
         while 2 ** len(self.levels) <= n:
             k, w = self.levels[-1], 2 ** (len(self.levels) - 1)
