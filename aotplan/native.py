@@ -24,6 +24,7 @@ transferred in C++ and a call costs a few microseconds. `NativeKernel`, which ca
 and more per call), is the fallback where this jax's internals differ.
 """
 
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -157,11 +158,20 @@ def _handing_back(exe):
 def adopt(exe, fn, avals):
     """`fn` (a jitted kernel, with its donation) lowered for `avals`, as a
     `jax.stages.Compiled` that runs the loaded executable `exe` -> Compiled, or None
-    where this jax's internals differ (the caller then uses `NativeKernel`)."""
+    where this jax's internals differ (the caller then uses `NativeKernel`). `exe` may
+    be a Future of it, loading in another thread while this one lowers (XLA releases
+    the GIL while it deserializes); its error, if any, is raised here."""
     if not _hand_back_reachable():
         return None
     try:
         lowered = fn.lower(*avals)
+    except Exception:
+        lowered = None
+    if isinstance(exe, concurrent.futures.Future):
+        exe = exe.result()
+    if lowered is None:
+        return None
+    try:
         with _handing_back(exe):
             compiled = lowered.compile()
         if compiled.runtime_executable() is not exe:

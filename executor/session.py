@@ -12,6 +12,7 @@ arrays of the storage dtype skips this) and the returned outputs (XLA allocates 
 program's results); offsets and constants were placed at load.
 """
 
+import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -140,22 +141,31 @@ class Session:
         self._check_device_memory()
         self.kernel_source = self._kernel_source(trusted)
         self._kernels = {}
-        for ki, (role, takes, returns) in sorted(wants.items()):
-            k = plan.kernels[ki]
-            progress(f"loading kernel {k.name!r}")
-            exp = load_kernel(k)
-            check_signature(k.name, exp, takes, returns)
-            donate = role != "output"
-            if self.kernel_source == "native" and k.native:
-                try:
-                    exe = native.load(k.native, self.device)
-                    # jax's own call path where this jax allows it, else a direct call
-                    self._kernels[ki] = (native.adopt(exe, kernel_function(exp, donate), exp.in_avals)
-                                         or native.NativeKernel(exe, self.device, len(returns) > 1 or role == "output"))
-                    continue
-                except Exception as e:
-                    raise PlanError(f"kernel {k.name!r}: its native executable does not load here: {e}") from None
-            self._kernels[ki] = compile_kernel(k.name, exp, donate, platform)
+        # native executables deserialize in a worker thread (XLA releases the GIL) while
+        # this one reads and lowers each kernel's exported program
+        loader = concurrent.futures.ThreadPoolExecutor(1) if self.kernel_source == "native" else None
+        loading = {ki: loader.submit(native.load, plan.kernels[ki].native, self.device)
+                   for ki in sorted(wants) if loader and plan.kernels[ki].native}
+        try:
+            for ki, (role, takes, returns) in sorted(wants.items()):
+                k = plan.kernels[ki]
+                progress(f"loading kernel {k.name!r}")
+                exp = load_kernel(k)
+                check_signature(k.name, exp, takes, returns)
+                donate = role != "output"
+                if ki in loading:
+                    try:
+                        # jax's own call path where this jax allows it, else a direct call
+                        self._kernels[ki] = (native.adopt(loading[ki], kernel_function(exp, donate), exp.in_avals)
+                                             or native.NativeKernel(loading[ki].result(), self.device,
+                                                                    len(returns) > 1 or role == "output"))
+                        continue
+                    except Exception as e:
+                        raise PlanError(f"kernel {k.name!r}: its native executable does not load here: {e}") from None
+                self._kernels[ki] = compile_kernel(k.name, exp, donate, platform)
+        finally:
+            if loader:
+                loader.shutdown(cancel_futures=True)
 
         data = {c.tensor: c.data for c in plan.constants}
 
