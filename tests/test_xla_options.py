@@ -40,3 +40,29 @@ def test_a_jaxlib_that_refuses_the_option_compiles_without_it(monkeypatch):
     compiled = xla_options.compile(_conv_lowered(), "cpu")
     assert compiled is not None and xla_options._rejected == {"cpu"}
     assert xla_options.for_platform("cpu") == {}
+
+
+def test_the_build_and_the_host_both_compile_with_the_options(monkeypatch):
+    """The compiler (workspace figures, embedded executables) and the executor (the
+    StableHLO path) both go through xla_options.compile, for this host's platform; the
+    host's conv kernel carries no YNNPACK fusion."""
+    import executor
+    from aotplan import codec, model_json
+    from compiler import pipeline
+    from conftest import one_node_graph
+
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    seen, real = [], xla_options.compile
+    monkeypatch.setattr(xla_options, "compile", lambda lowered, platform: seen.append(platform) or real(lowered, platform))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 4, 10, 10)).astype(np.float32)
+    w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    graph = one_node_graph("conv", [("x", x)], [("w", w)], pads=[1, 1, 1, 1])
+    plan = pipeline.compile_graph(graph, model_json.graph_digest(graph), pipeline.Options(launch="sink")).plan
+    assert seen == ["cpu"] * len(seen) and seen  # the build compiled through the options
+    built = len(seen)
+    sess = executor.Session(codec.decode(codec.encode(plan)))
+    assert len(seen) > built and set(seen) == {"cpu"}  # so did the host
+    assert not any("ynn_fusion" in k.as_text() for k in sess._kernels.values())
+    want = np.asarray(jax.lax.conv_general_dilated(x, w, (1, 1), [(1, 1), (1, 1)]))
+    np.testing.assert_allclose(sess.run({"x": x})["y0"], want, rtol=1e-4, atol=1e-4)
