@@ -10,8 +10,12 @@
              tensors that cross it: scripts/bench_replay.py, "fused overhead per
              launch"), so a group must carry several times that in work. A group
              ends after its last anchor, at the point among the cheap ops that
-             follow it where the fewest bytes cross (`_cheapest_cut`): upsampling
-             or a concat starts the next group rather than ending this one.
+             follow it where the fewest bytes cross (the latest on ties): upsampling
+             or a concat starts the next group rather than ending this one. Unless
+             a narrower point lies ahead, within LOOKAHEAD x min_flops of work: then
+             the group takes the next anchor too, so a transformer layer's Q/K/V
+             projections and FFN expansion, or a bottleneck block's inner convs, do
+             not end a group where several or wide tensors cross.
     sink     one launch: the whole step
 
 A run of a topological order is always a valid launch: launches execute in schedule
