@@ -12,10 +12,17 @@
              ends after its last anchor, at the point among the cheap ops that
              follow it where the fewest bytes cross (the latest on ties): upsampling
              or a concat starts the next group rather than ending this one. Unless
-             a narrower point lies ahead, within LOOKAHEAD x min_flops of work: then
-             the group takes the next anchor too, so a transformer layer's Q/K/V
-             projections and FFN expansion, or a bottleneck block's inner convs, do
-             not end a group where several or wide tensors cross.
+             a strictly narrower point lies ahead (up to the first anchor at least
+             LOOKAHEAD x min_flops of work past the next one): then the group takes
+             the next anchor too, and decides again there. So groups end at local
+             minima of the crossing bytes: a transformer layer's Q/K/V projections
+             and FFN expansion, or a bottleneck block's inner convs, do not end a
+             group where several or wide tensors cross. There is no cap on a
+             group's size: a model whose crossing bytes shrink all the way runs as
+             one group, like sink. Crossing bytes count every tensor a node made
+             before the point and a node reads after it (graph inputs are not
+             counted: no node makes them, and the choice between nearby points
+             hardly depends on them; constants live in the pool).
     sink     one launch: the whole step
 
 A run of a topological order is always a valid launch: launches execute in schedule
@@ -82,8 +89,8 @@ def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None, lookahead
     groups, start = [], 0
     for k in range(1, len(anchors)):
         prev, i = anchors[k - 1], anchors[k]
-        if prev < start or work[i] - work[start] < min_flops:
-            continue  # the group has no anchor yet, or too little work: it takes anchor i
+        if work[i] - work[start] < min_flops:
+            continue  # too little work yet: the group takes anchor i (it holds anchor prev)
         p = narrowest(prev + 1, i + 1)
         if budget > 0:  # a narrower place ahead, within `budget` FLOPs of work: end there
             h = bisect.bisect_left(anchor_work, work[i] + budget, k + 1)
