@@ -96,6 +96,7 @@ def make_peer(graph, weights_as_args=True, aot_options=False):
 
     from aotplan import xla_options
     from compiler import reference
+    from compiler.passes.lower import host_platform
 
     if not weights_as_args:
         fn, info = reference.make_function(graph)
@@ -108,9 +109,8 @@ def make_peer(graph, weights_as_args=True, aot_options=False):
     compiled = {}
 
     def step(feeds):
-        if not compiled:
-            platform = "cuda" if jax.devices()[0].platform == "gpu" else jax.devices()[0].platform
-            compiled[0] = xla_options.compile(jitted.lower(weights, feeds), platform)
+        if not compiled:  # lowered on the first call, for the feeds it is given
+            compiled[0] = xla_options.compile(jitted.lower(weights, feeds), host_platform())
         return compiled[0](weights, feeds)
     return step, info
 
