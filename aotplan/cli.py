@@ -391,11 +391,18 @@ def _feeds(session, inputs, random_inputs, seed):
 @click.option("--isolate", is_flag=True,
               help="First load the plan in a child process (as `aotplan verify` does): a plan whose kernels "
                    "crash XLA is refused with an error instead of taking this process down.")
+@click.option("--cpu-dispatch", type=click.Choice(["sync", "async"]), default="sync", show_default=True,
+              help="On a CPU, run each step in this thread (sync) or hand it to JAX's worker thread (async, "
+                   "JAX's default). Each step's outputs are read back at once, so async only adds a thread "
+                   "hand-off: tens of microseconds, which dominate small models' steps.")
 @_trust_options
 @_handle_errors
 def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc, profile, dump_dir, isolate,
-           trust_key, require_signature, trust_executables, cache_dir):
+           cpu_dispatch, trust_key, require_signature, trust_executables, cache_dir):
     """Load PLAN, run it STEPS times in place, print its outputs and step times."""
+    import executor
+
+    executor.set_cpu_dispatch(cpu_dispatch, warn=False)  # (in-process callers may have started JAX)
     session = _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
                             isolate=isolate)
     feeds = _feeds(session, inputs, random_inputs, seed)

@@ -67,6 +67,36 @@ def enable_cache(cache_dir):
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
+CPU_DISPATCH = ("sync", "async")
+
+
+def set_cpu_dispatch(mode, warn=True):
+    """How JAX's CPU backend runs a step: "sync" runs it in the calling thread, "async"
+    (JAX's default) hands it to a worker thread and returns at once. A host that reads
+    its outputs back after each step (numpy out) gains nothing from "async" and pays a
+    thread hand-off per call: on this 2-core CPU the example MLP's step takes 16 us
+    with "sync" against 30-50 us, with a wide spread, with "async"
+    (`scripts/bench_replay.py --cpu-dispatch`). It is JAX's process-wide setting
+    (`jax_cpu_enable_async_dispatch`), read once when the CPU backend starts: call this
+    before anything in the process uses JAX devices. -> True if the backend runs (or
+    will run) in `mode`; False, with a warning (if `warn`), if it had already started
+    otherwise. `aotplan replay` sets "sync" (its `--cpu-dispatch` option)."""
+    if mode not in CPU_DISPATCH:
+        raise ValueError(f"cpu dispatch {mode!r}: choose from {', '.join(CPU_DISPATCH)}")
+    from jax._src import xla_bridge
+
+    want = mode == "async"
+    if xla_bridge.backends_are_initialized():
+        if bool(jax.config.read("jax_cpu_enable_async_dispatch")) == want:
+            return True
+        if warn:
+            log.warning("aotplan: JAX's CPU backend has already started with %s dispatch; cpu dispatch %r takes "
+                        "effect only if set before JAX's first use", "async" if not want else "sync", mode)
+        return False
+    jax.config.update("jax_cpu_enable_async_dispatch", want)
+    return True
+
+
 def _host_is_device(device):
     """Whether the device's memory is the host's (on CPU, XLA uses a plan's weight bytes
     in place: the constant pool is those bytes)."""

@@ -29,7 +29,7 @@ light architectures, see tests/onnx_light.py):
    compilation cache (JAX_COMPILATION_CACHE_DIR and AOTPLAN_CACHE_DIR are unset).
 
     python scripts/bench_replay.py [--models mlp,cnn,transformer] [--onnx squeezenet,resnet50]
-        [--steps 1000] [--rounds 5] [--no-readiness] [--quick]
+        [--steps 1000] [--rounds 5] [--no-readiness] [--quick] [--cpu-dispatch sync|async]
 """
 
 import argparse
@@ -472,6 +472,9 @@ def main():
     ap.add_argument("--fresh-repeats", type=int, default=5, help="fresh-process readiness repeats")
     ap.add_argument("--no-readiness", action="store_true", help="skip sections 3 and 4")
     ap.add_argument("--quick", action="store_true", help="small repeats (a smoke test)")
+    ap.add_argument("--cpu-dispatch", choices=("sync", "async"), default=None,
+                    help="JAX's CPU dispatch for this process, plans and peers alike (executor.set_cpu_dispatch; "
+                         "default: JAX's own, async)")
     args = ap.parse_args()
     if args.quick:
         args.steps, args.rounds, args.budget_s = min(args.steps, 60), min(args.rounds, 2), min(args.budget_s, 2.0)
@@ -482,9 +485,13 @@ def main():
     import jax  # fresh processes of section 4 inherit that setting, peers included)
     import jaxlib
 
+    if args.cpu_dispatch:
+        executor.set_cpu_dispatch(args.cpu_dispatch)
     d = jax.devices()[0]
+    dispatch = "async" if jax.config.read("jax_cpu_enable_async_dispatch") else "sync"
     print(f"device {d} ({d.platform}, {d.device_kind}), {len(jax.devices())} device(s); jax {jax.__version__}, "
-          f"jaxlib {jaxlib.__version__}; {os.cpu_count()} CPUs; python {sys.version.split()[0]}")
+          f"jaxlib {jaxlib.__version__}; {os.cpu_count()} CPUs; python {sys.version.split()[0]}; "
+          f"cpu dispatch {dispatch} (plans and peers alike)")
     with tempfile.TemporaryDirectory(prefix="bench_replay_") as tmp:
         models = load_models(args, tmp)
         compile_all(models, tmp)

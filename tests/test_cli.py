@@ -191,3 +191,52 @@ def test_compile_auto_formats_inspect_and_check(tmp_path):
     assert r.exit_code == 0 and "formats: 13 tensors in nhwc; 2 conversions" in r.output, r.output
     r = CliRunner().invoke(main, ["check", out, model])
     assert r.exit_code == 0 and "agree with the direct evaluation" in r.output, r.output
+
+
+_DISPATCH_CHILD = r"""
+import logging, sys
+import numpy as np
+import executor
+logging.basicConfig(level=logging.WARNING)
+assert executor.set_cpu_dispatch("sync") is True
+import jax
+assert jax.config.read("jax_cpu_enable_async_dispatch") is False
+s = executor.load(sys.argv[1])
+x = np.load(sys.argv[2])
+np.save(sys.argv[3], s.run({"x": x})["probs"])
+assert executor.set_cpu_dispatch("sync") is True  # started as asked
+assert executor.set_cpu_dispatch("async") is False  # too late: says so
+try:
+    executor.set_cpu_dispatch("fast")
+    raise SystemExit("no error for an unknown mode")
+except ValueError as e:
+    assert "choose from sync, async" in str(e), e
+print("ok")
+"""
+
+
+def test_cpu_dispatch_sync_in_a_fresh_process(mlp_plan, tmp_path):
+    """executor.set_cpu_dispatch before JAX starts: the backend runs steps in the
+    calling thread, with the same outputs as JAX's default async dispatch here; once
+    started it is not changed, and the call says so."""
+    import subprocess
+    import sys
+
+    import executor
+
+    x = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = subprocess.run([sys.executable, "-c", _DISPATCH_CHILD, mlp_plan, str(tmp_path / "x.npy"),
+                        str(tmp_path / "y.npy")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+    assert "already started with sync dispatch; cpu dispatch 'async'" in r.stderr, r.stderr
+    want = executor.load(mlp_plan).run({"x": x})["probs"]
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)
+
+
+def test_replay_cpu_dispatch_option(mlp_plan):
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--steps", "2", "--cpu-dispatch", "async"])
+    assert r.exit_code == 0, r.output
+    assert "aotplan:" not in r.output  # in this process JAX has started: left alone, quietly
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--cpu-dispatch", "fast"])
+    assert r.exit_code == 2 and "'fast' is not one of 'sync', 'async'" in r.output, r.output
