@@ -21,6 +21,7 @@ import traceback
 import click
 import numpy as np
 
+from aotplan import __version__
 from aotplan import debug as dbg
 from aotplan.errors import AotplanError, FeedError
 
@@ -48,15 +49,15 @@ def _handle_errors(fn):
         except Exception as e:  # a bug of ours: say so, briefly
             if show:
                 traceback.print_exc()
-            click.echo(f"internal error: {type(e).__name__}: {e} (rerun with --debug for the traceback; "
-                       f"please report it)", err=True)
+            click.echo(f"internal error: {type(e).__name__}: {e} (rerun as `aotplan --debug "
+                       f"{ctx.info_name} ...` for the traceback; please report it)", err=True)
             ctx.exit(3)
     return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
-@click.version_option(package_name="aotplan")
+@click.version_option(version=__version__, prog_name="aotplan")
 @click.pass_context
 def main(ctx, debug):
     """aotplan: an ahead-of-time compiler and in-place runtime for inference graphs.
@@ -85,6 +86,8 @@ def _parse_shapes(specs):
         try:
             if not sep or not name:
                 raise ValueError
+            if name in shapes:
+                raise AotplanError(f"--input-shape {name}: given twice")
             shapes[name] = tuple(int(d) for d in dims.split(",")) if dims else ()
             if any(d < 0 for d in shapes[name]):
                 raise ValueError
@@ -195,13 +198,15 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         bar["b"] = click.progressbar(length=n, label="lowering launches", file=sys.stderr)
         bar["b"].__enter__()
 
+    if output is not None:
+        _refuse_overwriting_inputs(output, "-o", model, frozen)
     try:
         graph, digest = _load_model(model, input_shapes)
         if frozen:
             from aotplan import model_json
             from compiler.passes import fold
 
-            graph = fold.freeze_inputs(graph, dict(_load_npy(s) for s in frozen))
+            graph = fold.freeze_inputs(graph, _frozen_values(frozen, graph))
             digest = model_json.graph_digest(graph)
         res = pipeline.compile_graph(graph, digest, opts, progress=lambda k: bar["b"].update(k), on_start=on_start)
     finally:
@@ -212,6 +217,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     if output is None:  # <model name>.plan here; the name is the model's data, so keep it tame
         stem = re.sub(r"[^A-Za-z0-9._-]", "_", plan.provenance.model_name).strip("._") or "model"
         output = f"{stem}.plan"
+        _refuse_overwriting_inputs(output, "the default output", model, frozen)
     try:
         atomic_write(output, data)
     except OSError as e:
@@ -267,15 +273,20 @@ def import_onnx(model, output, input_shapes):
     from aotplan import model_json
     from compiler.frontends import onnx_import
 
-    graph, _ = onnx_import.load(model, _parse_shapes(input_shapes))
+    from aotplan.fileio import refuse_overwriting
+
     stem = os.path.splitext(os.path.basename(output))[0]
     weights = f"{stem}.weights.npz"
+    refuse_overwriting(output, {"ONNX model": model}, "-o")
+    refuse_overwriting(os.path.join(os.path.dirname(os.path.abspath(output)), weights), {"ONNX model": model},
+                       f"the weights file of -o {output!r},")
+    graph, _ = onnx_import.load(model, _parse_shapes(input_shapes))
     try:
-        model_json.save(graph, output, weights_file=weights)
+        wrote = model_json.save(graph, output, weights_file=weights)
     except OSError as e:
         raise AotplanError(f"cannot write {output!r}: {e.strerror}") from None
     click.echo(f"imported {model} -> {output} ({len(graph.nodes)} nodes, {len(graph.constants)} constants; "
-               f"weights in {weights})")
+               + (f"weights in {weights})" if wrote else "all inline in the model.json, no weights file)"))
 
 
 # ------------------------------------------------------------------- replay
@@ -291,16 +302,45 @@ def _random_feed(rng, dtype, shape):
     return rng.standard_normal(shape).astype(np.float32).astype(dt)
 
 
-def _load_npy(spec):
-    if "=" not in spec:
-        raise FeedError(f"--input {spec!r}: expected NAME=FILE.npy")
-    name, path = spec.split("=", 1)
+def _split_spec(spec, flag="--input"):
+    name, sep, path = spec.partition("=")
+    if not sep or not name:
+        raise FeedError(f"{flag} {spec!r}: expected NAME=FILE.npy")
+    return name, path
+
+
+def _load_npy(spec, flag="--input"):
+    """NAME=FILE.npy -> (name, array). Never unpickles."""
+    name, path = _split_spec(spec, flag)
     try:
-        return name, np.load(path, allow_pickle=False)
+        a = np.load(path, allow_pickle=False)
     except MemoryError:
-        raise FeedError(f"--input {name}: {path!r} declares an array too large to load") from None
-    except Exception as e:  # OSError, ValueError, EOFError, ...: all mean "not a readable .npy"
-        raise FeedError(f"--input {name}: cannot read {path!r} as .npy: {e}") from None
+        raise FeedError(f"{flag} {name}: {path!r} declares an array too large to load") from None
+    except ValueError as e:
+        if "allow_pickle" in str(e):  # numpy's guess for a file that is no .npy: pickled data (never loaded)
+            raise FeedError(f"{flag} {name}: {path!r} is not a .npy file (numpy would read it as pickled "
+                            f"Python objects, which aotplan never loads)") from None
+        raise FeedError(f"{flag} {name}: cannot read {path!r} as .npy: {e}") from None
+    except Exception as e:  # OSError, EOFError, ...: all mean "not a readable .npy"
+        raise FeedError(f"{flag} {name}: cannot read {path!r} as .npy: {e}") from None
+    if not isinstance(a, np.ndarray):  # an .npz archive
+        files = list(a.files)
+        a.close()
+        raise FeedError(f"{flag} {name}: {path!r} is an .npz archive ({', '.join(files[:5]) or 'empty'}); "
+                        f"{flag} takes one .npy file per input")
+    return name, a
+
+
+def _as_bfloat16(a):
+    """.npy cannot name bfloat16: accept its raw 16-bit patterns (uint16, or the void
+    type np.save writes for ml_dtypes.bfloat16), in the file's byte order."""
+    if a.dtype.itemsize == 2 and a.dtype.kind in "uV":
+        import ml_dtypes
+
+        if a.dtype.kind == "u" and not a.dtype.isnative:
+            a = a.astype(a.dtype.newbyteorder("="))
+        return a.view(ml_dtypes.bfloat16)
+    return a
 
 
 def _feeds_from_files(specs, session):
@@ -312,12 +352,35 @@ def _feeds_from_files(specs, session):
             raise FeedError(f"--input {name}: the plan has no input {name!r} (its inputs: {', '.join(want)})")
         if name in feeds:
             raise FeedError(f"--input {name}: given twice")
-        if want[name] == "bfloat16" and a.dtype.itemsize == 2 and a.dtype.kind in "uV":
-            import ml_dtypes  # .npy cannot name bfloat16: accept its raw 16-bit patterns
-
-            a = a.view(ml_dtypes.bfloat16)
-        feeds[name] = a
+        feeds[name] = _as_bfloat16(a) if want[name] == "bfloat16" else a
     return feeds
+
+
+def _frozen_values(specs, graph):
+    """--freeze-input NAME=FILE.npy ... -> {name: array} (bfloat16 inputs as for --input)."""
+    dtypes_ = {t.name: t.dtype for t in graph.inputs}
+    values = {}
+    for spec in specs:
+        name, a = _load_npy(spec, "--freeze-input")
+        if name in values:
+            raise FeedError(f"--freeze-input {name}: given twice")
+        values[name] = _as_bfloat16(a) if dtypes_.get(name) == "bfloat16" else a
+    return values
+
+
+def _refuse_overwriting_inputs(output, flag, model, frozen):
+    """The plan must not land on the model, its weights or a --freeze-input file."""
+    from aotplan.fileio import refuse_overwriting
+
+    inputs = {"model": model}
+    if model.lower().endswith(".json"):
+        from aotplan import model_json
+
+        inputs["weights file"] = model_json.weights_path(model)
+    for spec in frozen:
+        name, path = _split_spec(spec, "--freeze-input")
+        inputs[f"--freeze-input {name} file"] = path
+    refuse_overwriting(output, inputs, flag)
 
 
 def _preview(a, n=6):
@@ -403,6 +466,11 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     import executor
 
     executor.set_cpu_dispatch(cpu_dispatch, warn=False)  # (in-process callers may have started JAX)
+    if out_path:
+        from aotplan.fileio import refuse_overwriting
+
+        refuse_overwriting(out_path, {"plan": plan_path, **{f"--input {n} file": p for n, p in
+                                                            map(_split_spec, inputs)}}, "--output")
     session = _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
                             isolate=isolate)
     feeds = _feeds(session, inputs, random_inputs, seed)
@@ -423,15 +491,12 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     click.echo(f"  step time over {steps} steps: median {np.median(ms):.3f} ms, min {ms.min():.3f} ms, "
                f"max {ms.max():.3f} ms (first step {ms[0]:.3f} ms)")
     if out_path:
-        import io
+        from aotplan.fileio import atomic_write, npz_bytes
 
-        from aotplan.fileio import atomic_write
-
-        buf = io.BytesIO()
         # .npz cannot hold bfloat16: widen it to float32 (exact).
-        np.savez(buf, **{k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in outs.items()})
+        data = npz_bytes({k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in outs.items()})
         try:
-            atomic_write(out_path, buf.getvalue())
+            atomic_write(out_path, data)
         except OSError as e:
             raise AotplanError(f"cannot write outputs to {out_path!r}: {e.strerror}") from None
         click.echo(f"  outputs written to {out_path}")
@@ -456,6 +521,12 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
 
 # ------------------------------------------------------------------- check
 
+def _tolerance(param, value):
+    if value is not None and not (np.isfinite(value) and value >= 0):
+        raise click.BadParameter(f"{value} is not a finite number >= 0", param=param)
+    return value
+
+
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
 @click.argument("model", type=click.Path(dir_okay=False))
@@ -463,9 +534,11 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
               help="Seed for the random values of inputs not given.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=_INPUT_SHAPE_HELP)
-@click.option("--rtol", type=float, default=None, help="Relative tolerance (default by dtype: float32 1e-4, "
+@click.option("--rtol", type=float, default=None, callback=lambda c, p, v: _tolerance(p, v),
+              help="Relative tolerance (default by dtype: float32 1e-4, "
                                                        "float16 1e-2, bfloat16 2e-2; integers exact).")
-@click.option("--atol", type=float, default=None, help="Absolute tolerance (default by dtype: float32 1e-5, "
+@click.option("--atol", type=float, default=None, callback=lambda c, p, v: _tolerance(p, v),
+              help="Absolute tolerance (default by dtype: float32 1e-5, "
                                                        "float16 1e-2, bfloat16 2e-2; integers exact).")
 @_handle_errors
 def check(plan_path, model, inputs, seed, input_shapes, rtol, atol):
@@ -489,6 +562,7 @@ def check(plan_path, model, inputs, seed, input_shapes, rtol, atol):
                             disabled=frozenset(set(pipeline.CLEANUP_PASSES) - set(plan.passes)))
     session = executor.Session(plan)
     feeds = _feeds(session, inputs, True, seed)
+    session.check_feeds(feeds)  # wrong arrays: one error naming the input, before the direct evaluation
     failed = False
     from compiler import reference
 

@@ -1,14 +1,54 @@
-"""Atomic file writes: a temp file in the target's directory, fsync, rename.
+"""Output files: written whole or not at all, never over the command's own inputs.
 
-A reader never sees a half-written plan, and a failed write leaves the old file.
+`atomic_write`: a temp file in the target's directory, fsync, rename. A reader never
+sees a half-written file, and a failed write leaves the old one.
 """
 
+import errno
+import io
 import os
+import stat
 import tempfile
+import zipfile
+
+import numpy as np
+
+from aotplan.errors import AotplanError
+
+
+def _umask():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc (not Linux): read it by setting it back at once
+    os.umask(mask)
+    return mask
 
 
 def atomic_write(path, data):
-    path = os.path.abspath(path)
+    """Write `data` (bytes) to `path` so that a reader sees the old file or the new one.
+
+    - A symlink is written through: its target gets the new bytes, the link stays.
+    - An existing file that is not a regular file (a device such as /dev/null, a FIFO)
+      is written to directly: it cannot be swapped for a regular file, and must not be.
+    - A regular file keeps its permission bits; a new one gets 0666 less the umask, as
+      `open` gives."""
+    path = os.path.realpath(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(path, "wb") as f:
+            f.write(data)
+        return
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
     d = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
     try:
@@ -16,7 +56,7 @@ def atomic_write(path, data):
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -24,3 +64,42 @@ def atomic_write(path, data):
         except OSError:
             pass
         raise
+
+
+def same_file(a, b):
+    """Whether paths `a` and `b` name one file (after links; a path that does not exist
+    is the same as another only if they resolve alike)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def refuse_overwriting(output, inputs, flag):
+    """AotplanError if the file `output` (given by `flag`) is one of `inputs`
+    ({what: path}): a command never writes over what it reads."""
+    for what, path in inputs.items():
+        if path and same_file(output, path):
+            raise AotplanError(f"{flag} {output!r} is the {what} this command reads: refusing to overwrite it "
+                               f"(choose another output path)")
+
+
+def npz_bytes(arrays):
+    """{name: array} -> the bytes of an .npz archive, one `NAME.npy` member per array
+    (what np.savez writes, without its pitfalls: a name may be any string, including
+    `file` or `allow_pickle`, which np.savez takes as its own arguments), with fixed
+    member timestamps, so the same arrays give the same bytes."""
+    buf = io.BytesIO()
+    seen = set()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, a in arrays.items():
+            member = f"{name}.npy"
+            if "\x00" in member or member in seen:
+                raise AotplanError(f"cannot store {name!r} in an .npz archive (a member name must be unique and "
+                                   f"hold no NUL character)")
+            seen.add(member)
+            info = zipfile.ZipInfo(member, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            with z.open(info, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(a), allow_pickle=False)
+    return buf.getvalue()

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import tokenize
+import unicodedata
 import zipfile
 import zlib
 
@@ -75,6 +76,8 @@ def _name(value, where):
     if not isinstance(value, str) or not value:
         raise ModelError(f"{where}: expected a non-empty name string, got {value!r}")
     _unicode(value, where)
+    if any(unicodedata.category(c) == "Cc" for c in value):  # NUL, newline, escapes: they break files and lines
+        raise ModelError(f"{where}: name {value!r} holds a control character")
     return value
 
 
@@ -361,19 +364,30 @@ def to_doc(graph, weights_file="weights.npz", inline_max=16):
     return doc, stored
 
 
+def weights_path(path):
+    """The weights file a model.json names, as a path; None if it names none or cannot
+    be read (`load` says why)."""
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+        return os.path.join(os.path.dirname(os.path.abspath(path)), doc["weights"]["file"])
+    except Exception:
+        return None
+
+
 def save(graph, path, weights_file="weights.npz"):
-    """Write model.json and its weights beside it (each atomically)."""
+    """Write model.json and its weights beside it (each atomically) -> whether a
+    weights file was written (small constants are inline in model.json)."""
     from aotplan.fileio import atomic_write
 
     doc, stored = to_doc(graph, weights_file)
     base = os.path.dirname(os.path.abspath(path))
     if stored:
-        import io
+        from aotplan.fileio import npz_bytes
 
-        buf = io.BytesIO()
-        np.savez(buf, **stored)
-        atomic_write(os.path.join(base, weights_file), buf.getvalue())
+        atomic_write(os.path.join(base, weights_file), npz_bytes(stored))
     atomic_write(path, dumps(doc).encode())
+    return bool(stored)
 
 
 def dumps(doc):

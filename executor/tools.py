@@ -256,13 +256,20 @@ def replay_tensors(session, feeds, on_tensor):
 
 def dump(session, feeds, directory):
     """Write every launch's outputs as DIR/NNN_<tensor>.npy (bfloat16 widened to
-    float32, as .npy cannot name it). -> the files written."""
+    float32, as .npy cannot name it; characters other than letters, digits and ._-
+    become _, and where two names then meet, the later gets its tensor index too:
+    NNN_<tensor>.<index>.npy). -> the files written."""
     os.makedirs(directory, exist_ok=True)
     written = []
+    taken = set()
 
     def on_tensor(s, launch, i, v):
         name = re.sub(r"[^A-Za-z0-9._-]", "_", session.plan.tensors[i].name)[:80]
-        path = os.path.join(directory, f"{s:04d}_{name}.npy")
+        file, k = f"{s:04d}_{name}.npy", i
+        while file in taken:
+            file, k = f"{s:04d}_{name}.{k}.npy", k + 1
+        taken.add(file)
+        path = os.path.join(directory, file)
         np.save(path, v.astype(np.float32) if v.dtype.name == "bfloat16" else v, allow_pickle=False)
         written.append(path)
 

@@ -109,6 +109,8 @@ BAD_MODELS = {
     "unknown attribute": (lambda d: _node(d, "probs")["attrs"].update(axes=1),
                           r"node 'probs' \(softmax\): unknown attribute 'axes' \(accepted: axis, legacy_flatten\)"),
     "arity": (lambda d: _node(d, "relu1")["inputs"].append("x"), r"node 'relu1' \(relu\): takes 1 inputs, got 2"),
+    "control character": (lambda d: _node(d, "relu1").update(outputs=["relu\n1"]),
+                          r"node 'relu1'.outputs: name 'relu\\n1' holds a control character"),
 }
 
 
@@ -240,3 +242,133 @@ def test_replay_cpu_dispatch_option(mlp_plan):
     assert "aotplan:" not in r.output  # in this process JAX has started: left alone, quietly
     r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--cpu-dispatch", "fast"])
     assert r.exit_code == 2 and "'fast' is not one of 'sync', 'async'" in r.output, r.output
+
+
+# ------------------------------------------------------------------ files: inputs are never overwritten
+
+def test_compile_never_writes_over_its_inputs(tmp_path):
+    path = _model(tmp_path, lambda d: None)
+    before = {f: (tmp_path / f).read_bytes() for f in ("model.json", "weights.npz")}
+    np.save(tmp_path / "x.npy", np.zeros((4, 64), np.float32))
+    for out, what in (("model.json", "model"), ("weights.npz", "weights file"), ("x.npy", "--freeze-input x file")):
+        args = ["compile", path, "-o", str(tmp_path / out)] + (["--freeze-input", f"x={tmp_path / 'x.npy'}"]
+                                                                 if out == "x.npy" else [])
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and f"is the {what} this command reads: refusing to overwrite it" in r.output, \
+            r.output
+    assert {f: (tmp_path / f).read_bytes() for f in before} == before
+
+
+def test_replay_never_writes_over_its_inputs(mlp_plan, tmp_path):
+    plan = tmp_path / "m.plan"
+    shutil.copy(mlp_plan, plan)
+    np.save(tmp_path / "x.npy", np.ones((4, 64), np.float32))
+    before = plan.read_bytes(), (tmp_path / "x.npy").read_bytes()
+    for out, what in (("m.plan", "plan"), ("x.npy", "--input x file")):
+        r = CliRunner().invoke(main, ["replay", str(plan), "--input", f"x={tmp_path / 'x.npy'}",
+                                      "--output", str(tmp_path / out)])
+        assert r.exit_code == 2 and f"is the {what} this command reads" in r.output, r.output
+    assert (plan.read_bytes(), (tmp_path / "x.npy").read_bytes()) == before
+
+
+def _tiny_model(tmp_path, dtype, outputs, split=()):
+    """x -> relu -> each of `outputs` (an identity per name), and the two halves of a
+    split of x on its first axis, named `split`."""
+    doc = {"format": "aotplan.model", "version": 1, "name": "tiny",
+           "inputs": [{"name": "x", "dtype": dtype, "shape": [2, 3]}], "outputs": list(outputs) + list(split),
+           "nodes": [{"name": "r", "op": "relu", "inputs": ["x"], "outputs": ["r"], "attrs": {}}]
+           + [{"name": f"n{k}", "op": "identity", "inputs": ["r"], "outputs": [o], "attrs": {}}
+              for k, o in enumerate(outputs)]
+           + ([{"name": "s", "op": "split", "inputs": ["x"], "outputs": list(split), "attrs": {"num_outputs": 2}}]
+              if split else [])}
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(doc))
+    plan = str(tmp_path / "tiny.plan")
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", plan, "--launch", "kernel"])
+    assert r.exit_code == 0, r.output
+    return plan
+
+
+def test_replay_output_names_npz_cannot_take_as_keywords(tmp_path):
+    """np.savez(file, **outputs) would drop `allow_pickle` and fail on `file`."""
+    plan = _tiny_model(tmp_path, "float32", ["file", "allow_pickle"], split=["a/b", "a_b"])
+    x = np.array([[1, -2, 3], [-4, 5, 6]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "o.npz"
+    r = CliRunner().invoke(main, ["replay", plan, "--input", f"x={tmp_path / 'x.npy'}", "--steps", "1",
+                                  "--output", str(out), "--dump", str(tmp_path / "dump")])
+    assert r.exit_code == 0, r.output
+    with np.load(out) as z:
+        assert sorted(z.files) == ["a/b", "a_b", "allow_pickle", "file"]
+        for k in ("file", "allow_pickle"):
+            np.testing.assert_array_equal(z[k], np.maximum(x, 0))
+        np.testing.assert_array_equal(z["a/b"], x[:1])
+        np.testing.assert_array_equal(z["a_b"], x[1:])
+    # one launch writes `a/b` and `a_b`, which both sanitise to a_b in dump file names:
+    # neither is lost
+    dumped = sorted(os.listdir(tmp_path / "dump"))
+    assert f"dumped {len(dumped)} tensors" in r.output, (dumped, r.output)
+    split = [f for f in dumped if "_a_b" in f]
+    assert len(split) == 2 and len({f[:4] for f in split}) == 1, dumped
+    got = sorted(np.load(tmp_path / "dump" / f).tolist() for f in split)
+    assert got == sorted([x[:1].tolist(), x[1:].tolist()])
+
+
+def test_replay_big_endian_bfloat16_bits(tmp_path):
+    import ml_dtypes
+
+    plan = _tiny_model(tmp_path, "bfloat16", ["y"])
+    v = np.array([[1.5, -2, 3], [4, 5, -6]], ml_dtypes.bfloat16)
+    bits = v.view(np.uint16)
+    outs = []
+    for k, a in enumerate((bits, bits.astype(">u2"), v)):  # native, big-endian raw bits, np.save's |V2
+        np.save(tmp_path / f"x{k}.npy", a)
+        r = CliRunner().invoke(main, ["replay", plan, "--input", f"x={tmp_path / f'x{k}.npy'}", "--steps", "1",
+                                      "--output", str(tmp_path / f"o{k}.npz")])
+        assert r.exit_code == 0, r.output
+        with np.load(tmp_path / f"o{k}.npz") as z:
+            outs.append(z["y"])
+    for o in outs:
+        np.testing.assert_array_equal(o, np.maximum(v.astype(np.float32), 0))
+
+
+def test_input_file_that_is_no_npy(mlp_plan, tmp_path):
+    np.savez(tmp_path / "x.npz", x=np.zeros((4, 64), np.float32))
+    (tmp_path / "zeros").write_bytes(bytes(256))
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={tmp_path / 'x.npz'}"])
+    assert r.exit_code == 2 and "is an .npz archive (x); --input takes one .npy file per input" in r.output, r.output
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={tmp_path / 'zeros'}"])
+    assert r.exit_code == 2 and "is not a .npy file" in r.output and "unsafely" not in r.output, r.output
+
+
+def test_check_refuses_bad_tolerances_and_wrong_inputs(mlp_plan, tmp_path):
+    model = os.path.join(EXAMPLES, "mlp", "model.json")
+    for opt, val in (("--rtol", "nan"), ("--atol", "-1"), ("--atol", "inf")):
+        r = CliRunner().invoke(main, ["check", mlp_plan, model, opt, val])
+        assert r.exit_code == 2 and "is not a finite number >= 0" in r.output, r.output
+    np.save(tmp_path / "w.npy", np.zeros((3, 3), np.float32))
+    r = CliRunner().invoke(main, ["check", mlp_plan, model, "--input", f"x={tmp_path / 'w.npy'}"])
+    assert r.exit_code == 2 and "input 'x': expected float32[4, 64], got float32[3, 3]" in r.output, r.output
+
+
+def test_repeated_freeze_input_and_input_shape(tmp_path):
+    path = _model(tmp_path, lambda d: None)
+    np.save(tmp_path / "x.npy", np.zeros((4, 64), np.float32))
+    spec = f"x={tmp_path / 'x.npy'}"
+    r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "o.plan"), "--freeze-input", spec,
+                                  "--freeze-input", spec])
+    assert r.exit_code == 2 and "--freeze-input x: given twice" in r.output, r.output
+    r = CliRunner().invoke(main, ["compile", path, "--freeze-input", "x"])
+    assert r.exit_code == 2 and "--freeze-input 'x': expected NAME=FILE.npy" in r.output, r.output
+    from aotplan.cli import _parse_shapes
+    from aotplan.errors import AotplanError
+
+    with pytest.raises(AotplanError, match="--input-shape x: given twice"):
+        _parse_shapes(["x=1,2", "x=1,3"])
+
+
+def test_version_is_the_package_version():
+    import aotplan
+
+    r = CliRunner().invoke(main, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"aotplan, version {aotplan.__version__}", r.output

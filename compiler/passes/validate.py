@@ -1,21 +1,33 @@
 """validate: structural checks of a Graph, before any shape is known.
 
 Rejects (naming the node or tensor): unknown ops and attributes, wrong input counts, duplicate node or
-tensor names, inputs nobody produces, outputs nobody produces, cycles. Returns the
+tensor names, names with control characters, inputs nobody produces, outputs nobody produces, cycles. Returns the
 graph with one change: a graph output that is a graph input or a constant gets an
 `identity` node, so that every output is written by a launch.
 """
 
 import dataclasses
+import unicodedata
 
 from aotplan.errors import ModelError
 from aotplan.graph import Node
 from compiler import ops
 
 
+def _check_name(kind, name):
+    """Names go into files (.npz members, dumps) and one-line messages: no NUL, newline
+    or other control character (model.json is checked alike when read)."""
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        raise ModelError(f"{kind} name {name!r} holds a control character")
+
+
 def run(graph):
     if not graph.outputs:
         raise ModelError("model has no outputs")
+    for kind, names in (("input", [t.name for t in graph.inputs]), ("constant", [c.name for c in graph.constants]),
+                        ("node", [n.name for n in graph.nodes]), ("tensor", [o for n in graph.nodes for o in n.outputs])):
+        for name in names:
+            _check_name(kind, name)
     if len(set(graph.outputs)) != len(graph.outputs):
         dup = next(o for o in graph.outputs if graph.outputs.count(o) > 1)
         raise ModelError(f"output {dup!r} is listed twice")
