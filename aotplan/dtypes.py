@@ -81,8 +81,8 @@ def to_storage(array, logical, where):
         lim = float(np.finfo(np.float32).max)
         big = np.isfinite(a) & (np.abs(a) > lim)
         if big.any():
-            raise LimitError(f"{where}: float64 value {a[big].flat[0]!r} is beyond the float32 range that aotplan "
-                             f"computes float64 in (|x| <= {lim:g})")
+            raise LimitError(f"{where}: float64 value {float(a[big].flat[0])!r} is beyond the float32 range that "
+                             f"aotplan computes float64 in (|x| <= {lim:g})")
     else:
         info = np.iinfo(DTYPES[store])
         if a.size and (a.min() < info.min or a.max() > info.max):

@@ -103,8 +103,8 @@ def main():
                 for m in ("sync", "async"):
                     v = np.array(got[m][k]) * 1e3
                     cells.append(f"{med[(m, k)]:.4f} ({np.percentile(v, 10):.4f}-{np.percentile(v, 90):.4f})")
-                print(f"{name:12s} {k:10s} {cells[0]:>24s} {cells[1]:>24s} {med[('sync', k)] / med[('async', k)]:10.2f}",
-                      flush=True)
+                ratio = med[("sync", k)] / med[("async", k)]
+                print(f"{name:12s} {k:10s} {cells[0]:>24s} {cells[1]:>24s} {ratio:10.2f}", flush=True)
             print(f"{'':12s} plan / jit(args): sync {med[('sync', 'plan')] / med[('sync', 'jit(args)')]:.2f}, "
                   f"async {med[('async', 'plan')] / med[('async', 'jit(args)')]:.2f}   "
                   f"(spread: 10th-90th percentile of all steps)", flush=True)

@@ -25,7 +25,8 @@ def run(graph):
     if not graph.outputs:
         raise ModelError("model has no outputs")
     for kind, names in (("input", [t.name for t in graph.inputs]), ("constant", [c.name for c in graph.constants]),
-                        ("node", [n.name for n in graph.nodes]), ("tensor", [o for n in graph.nodes for o in n.outputs])):
+                        ("node", [n.name for n in graph.nodes]),
+                        ("tensor", [o for n in graph.nodes for o in n.outputs])):
         for name in names:
             _check_name(kind, name)
     if len(set(graph.outputs)) != len(graph.outputs):
