@@ -440,22 +440,44 @@ def decode_checked(data, trust_key=None, require_signature=False):
     return plan, trusted
 
 
+MIN_KEY_BYTES = 16  # a signing/trust key's least length
+
+
 def read_key(path):
-    """A signing/trust key file -> bytes (its whole content, at least 16 bytes)."""
+    """A signing/trust key file -> bytes (its whole content, at least MIN_KEY_BYTES)."""
+    _check_path(path, "key file")
     try:
         with open(path, "rb") as f:
             key = f.read()
-    except OSError as e:
-        raise PlanError(f"cannot read key file {path!r}: {e.strerror}") from None
-    if len(key) < 16:
-        raise PlanError(f"key file {path!r} holds {len(key)} bytes; a key needs at least 16")
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise PlanError(f"cannot read key file {path!r}: {getattr(e, 'strerror', None) or e}") from None
+    if len(key) < MIN_KEY_BYTES:
+        raise PlanError(f"key file {path!r} holds {len(key)} bytes; a key needs at least {MIN_KEY_BYTES}")
     return key
+
+
+def check_key(key, what="key"):
+    """A key given as bytes (bytes, bytearray or memoryview) -> bytes, or PlanError if it
+    is shorter than MIN_KEY_BYTES (the least a key file may hold)."""
+    key = bytes(key)
+    if len(key) < MIN_KEY_BYTES:
+        raise PlanError(f"{what}: {len(key)} bytes; a key needs at least {MIN_KEY_BYTES}")
+    return key
+
+
+def _check_path(path, what):
+    """`open` takes an int as a file descriptor (reads it, then closes it under its
+    owner): a path here must be a str or os.PathLike."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise PlanError(f"{what}: expected a path (str or os.PathLike), got {type(path).__name__}")
 
 
 def read_bytes(path):
     """A plan file's bytes, as a read-only memoryview whose first byte is DATA_ALIGN-
     aligned in memory, so the data section's constants are aligned there too (XLA's CPU
-    client then uses their bytes in place instead of copying them)."""
+    client then uses their bytes in place instead of copying them). `path`: a str or
+    os.PathLike (bytes in memory: `decode`)."""
+    _check_path(path, "plan file")
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -469,8 +491,8 @@ def read_bytes(path):
                     break
                 got += n
             return view[:got].toreadonly()
-    except OSError as e:
-        raise PlanError(f"cannot read plan {path!r}: {e.strerror}") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise PlanError(f"cannot read plan {path!r}: {getattr(e, 'strerror', None) or e}") from None
 
 
 def read(path, trust_key=None, require_signature=False):

@@ -7,7 +7,8 @@ build host had. This is the one module that touches the XLA client's internal ca
 (no pickle anywhere):
 
     backend.serialize_executable(compiled.runtime_executable())        -> bytes
-    backend.deserialize_executable(blob, executable_devices=DeviceList) -> executable
+    backend.deserialize_executable(blob, executable_devices=DeviceList,
+                                   compile_options=CompileOptions)       -> executable
     executable.execute_sharded(args).disassemble_into_single_device_arrays()
     jax._src.compiler.compile_or_get_cached (replaced while `adopt` compiles)
 
@@ -75,10 +76,24 @@ def serialize(compiled, device):
 
 
 def load(blob, device):
-    """Serialized executable bytes -> a loaded executable on `device`."""
+    """Serialized executable bytes -> a loaded executable on `device`. The bytes carry
+    the build host's compile options, whose device assignment names the device it was
+    compiled for (the first); XLA takes the one passed here instead, so the executable
+    runs on `device` (as jax's persistent cache loads an entry: the options of the
+    compile it stands in for)."""
+    import numpy as np
     from jax._src.lib import xla_client
 
-    return _backend(device).deserialize_executable(blob, executable_devices=xla_client.DeviceList((device,)))
+    options = xla_client.CompileOptions()
+    options.num_replicas = 1
+    options.num_partitions = 1
+    options.device_assignment = xla_client.DeviceAssignment.create(np.array([[device.id]]))
+    devices = xla_client.DeviceList((device,))
+    try:
+        # positional, as jax's compilation cache calls it
+        return _backend(device).deserialize_executable(blob, devices, options)
+    except TypeError:  # a jaxlib without the options argument: the build host's device then
+        return _backend(device).deserialize_executable(blob, executable_devices=devices)
 
 
 class NativeKernel:
@@ -156,7 +171,8 @@ def _handing_back(exe):
 
 
 def adopt(exe, fn, avals):
-    """`fn` (a jitted kernel, with its donation) lowered for `avals`, as a
+    """`fn` (a jitted kernel, with its donation) lowered for `avals` (placed on the
+    device `exe` was loaded onto, or jax lowers it for its first device), as a
     `jax.stages.Compiled` that runs the loaded executable `exe` -> Compiled, or None
     where this jax's internals differ (the caller then uses `NativeKernel`). `exe` may
     be a Future of it, loading in another thread while this one lowers (XLA releases

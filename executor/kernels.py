@@ -2,7 +2,9 @@
 
 `jax.export.deserialize` reads the plan's bytes (no pickle); the program is then
 compiled ahead of the first step, with the arena argument donated where the kernel
-writes it, so every call updates the arena in place.
+writes it, so every call updates the arena in place. Every kernel is lowered for the
+session's device (`device_avals`): a program lowered for bare avals is compiled for
+the process's first device, whatever device the session runs on.
 """
 
 import jax
@@ -41,12 +43,21 @@ def kernel_function(exp, donate):
     return jax.jit(exp.call, donate_argnums=0) if donate else jax.jit(exp.call)
 
 
-def compile_kernel(name, exp, donate, platform):
+def device_avals(exp, device):
+    """The exported program's argument types, each placed on `device` (a committed
+    single-device sharding), so the kernel is lowered and compiled for that device."""
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    return [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in exp.in_avals]
+
+
+def compile_kernel(name, exp, donate, platform, device=None):
+    """-> the kernel compiled for `device` (default: the first device)."""
     if platform not in exp.platforms:
         raise PlanError(f"kernel {name!r} was exported for {', '.join(exp.platforms)}; this host runs {platform}: "
                         f"recompile the model for this platform")
     fn = kernel_function(exp, donate)
+    avals = exp.in_avals if device is None else device_avals(exp, device)
     try:
-        return xla_options.compile(fn.lower(*exp.in_avals), platform)
+        return xla_options.compile(fn.lower(*avals), platform)
     except Exception as e:
         raise PlanError(f"kernel {name!r}: XLA could not compile it on this host: {e}") from None

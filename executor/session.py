@@ -25,7 +25,8 @@ import numpy as np
 
 from aotplan import codec, dtypes, formats, native, verify
 from aotplan.errors import FeedError, PlanError
-from executor.kernels import check_signature, compile_kernel, kernel_function, load_kernel
+from aotplan.plan import Plan
+from executor.kernels import check_signature, compile_kernel, device_avals, kernel_function, load_kernel
 
 log = logging.getLogger("aotplan")
 
@@ -35,21 +36,89 @@ def _env_key():
     return codec.read_key(path) if path else None
 
 
+def _check_path(path):
+    """`load`'s `path`: a str or os.PathLike, or PlanError saying what was passed (an
+    int would be opened as a file descriptor: read, then closed under its owner)."""
+    if isinstance(path, (str, os.PathLike)):
+        return path
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        raise PlanError(f"executor.load takes the path of a plan file, got {type(path).__name__} "
+                        f"({memoryview(path).nbytes} bytes); to load a plan from bytes in memory: plan, trusted = "
+                        f"aotplan.codec.decode_checked(data, trust_key); executor.Session(plan, trusted=trusted)")
+    raise PlanError(f"executor.load takes the path of a plan file (str or os.PathLike), got "
+                    f"{type(path).__name__} {_short(path)}")
+
+
+def _trust_key(key):
+    """`trust_key`: None (AOTPLAN_TRUST_KEY's file, if set), a key file's path (str or
+    os.PathLike, read like --trust-key), or the key's bytes -> bytes or None."""
+    if key is None:
+        return _env_key()
+    if isinstance(key, (str, os.PathLike)):
+        return codec.read_key(key)
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return codec.check_key(key, "trust_key")
+    raise PlanError(f"trust_key: expected the key's bytes or a key file's path, got {type(key).__name__}")
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def resolve_device(device):
+    """`device` as Session and load take it -> a jax Device: None (the first device), a
+    jax Device, or a platform name ("cpu", "gpu", "cuda", "rocm", "tpu": its first
+    device; "cpu:1": its device 1 in `jax.devices("cpu")` order). Anything else, or a
+    platform this host lacks, is a PlanError. (An object with a str `platform` is
+    taken as a device, as jax's own device types are: tests stand in for devices.)"""
+    if device is None:
+        return jax.devices()[0]
+    if isinstance(device, jax.Device) or isinstance(getattr(device, "platform", None), str):
+        return device
+    if not isinstance(device, str):
+        raise PlanError(f"device: expected a jax Device or a platform name such as 'cpu' or 'gpu', got "
+                        f"{type(device).__name__} {_short(device)}")
+    name, _, index = device.strip().lower().partition(":")
+    try:
+        found = jax.devices(name)
+    except Exception:  # jax: RuntimeError for a platform it does not know or cannot start
+        found = []
+    if not found:
+        have = sorted({d.platform for d in jax.devices()})
+        raise PlanError(f"device {device!r}: no such platform on this host (it has: {', '.join(have)})")
+    if not index:
+        return found[0]
+    if not index.isdigit() or int(index) >= len(found):
+        raise PlanError(f"device {device!r}: this host has {len(found)} {name} device(s), numbered 0-{len(found) - 1}")
+    return found[int(index)]
+
+
 def load(path, device=None, warmup=True, trust_key=None, require_signature=False, trust_executables=False,
          cache_dir=None, progress=None):
     """Read, verify and load a plan file -> Session.
 
-    trust_key: bytes; the plan's HMAC signature must verify with it (default: the key
-        file named by AOTPLAN_TRUST_KEY, if set). A plan whose signature verifies is
-        trusted: its embedded native executables may be used.
+    path: the plan file's path (str or os.PathLike). Anything else is refused with a
+        PlanError (an int would be taken as a file descriptor); to load a plan from
+        bytes in memory, `aotplan.codec.decode_checked(data, trust_key)` -> (plan,
+        trusted), then `Session(plan, trusted=trusted)`.
+    device: a jax Device, a platform name ("cpu", "gpu", "cuda", ...: its first device;
+        "cpu:1": its second) or None (the first device). Every kernel is compiled for it
+        and the arena, the constants and the outputs live on it; see `resolve_device`.
+    trust_key: the key's bytes (at least 16), or the path of a key file (str or
+        os.PathLike, read as `--trust-key` reads it); default: the key file named by
+        AOTPLAN_TRUST_KEY, if set. The plan's HMAC signature must verify with it. A plan
+        whose signature verifies is trusted: its embedded native executables may be used.
     require_signature: refuse unsigned plans.
     trust_executables: use the plan's native executables without a signature.
     cache_dir: a persistent XLA compilation cache for kernels compiled from StableHLO
         (default: AOTPLAN_CACHE_DIR, if set). It is JAX's process-wide cache setting.
-    See `Session` for `warmup` and `progress`.
+    See `Session` for `warmup` and `progress`. The arguments are checked before the
+    file is read; a wrong one is a PlanError naming it.
     """
-    if trust_key is None:
-        trust_key = _env_key()
+    path = _check_path(path)
+    device = resolve_device(device)
+    trust_key = _trust_key(trust_key)
     cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
     if cache_dir:
         enable_cache(cache_dir)
@@ -119,6 +188,11 @@ class Session:
     `progress`: called with a short text before each stage of loading (each kernel,
     the constants, the warm-up step); `aotplan verify` uses it to name the kernel that
     crashed a child process.
+    `device`: a jax Device, a platform name or None, as `load` takes it
+    (`resolve_device`); checked before anything else. The kernels are compiled for it
+    (native executables are loaded onto it) and the arena, the constants, the offset
+    vectors and the outputs live on it. Device-array feeds must be on it too (see
+    `check_feeds`).
 
     Threads: `run` may be called from several threads; steps are serialized (one
     lock per session: the arena is one buffer), each caller gets its own outputs.
@@ -128,12 +202,16 @@ class Session:
 
     def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None):
         t0 = time.perf_counter()
+        self.device = resolve_device(device)
+        self._devices = {self.device}  # what a device-array feed's devices() must be
+        if not isinstance(plan, Plan):
+            raise PlanError(f"Session takes a decoded plan (aotplan.plan.Plan), got {type(plan).__name__}: "
+                            f"executor.load(path) loads a plan file")
         progress = progress or (lambda what: None)
         self._lock = threading.Lock()
         progress("verifying the plan")
         verify.verify(plan)
         self.plan = plan
-        self.device = device or jax.devices()[0]
         platform = _host_platform(self.device)
         T = plan.tensors
         self._inputs = [T[i] for i in plan.inputs]
@@ -186,13 +264,14 @@ class Session:
                 if ki in loading:
                     try:
                         # jax's own call path where this jax allows it, else a direct call
-                        self._kernels[ki] = (native.adopt(loading[ki], kernel_function(exp, donate), exp.in_avals)
+                        self._kernels[ki] = (native.adopt(loading[ki], kernel_function(exp, donate),
+                                                          device_avals(exp, self.device))
                                              or native.NativeKernel(loading[ki].result(), self.device,
                                                                     len(returns) > 1 or role == "output"))
                         continue
                     except Exception as e:
                         raise PlanError(f"kernel {k.name!r}: its native executable does not load here: {e}") from None
-                self._kernels[ki] = compile_kernel(k.name, exp, donate, platform)
+                self._kernels[ki] = compile_kernel(k.name, exp, donate, platform, self.device)
         finally:
             if loader:
                 loader.shutdown(cancel_futures=True)
@@ -296,7 +375,12 @@ class Session:
     # ------------------------------------------------------------ a step
     def check_feeds(self, feeds):
         """-> the feeds in storage dtypes, in the plan's input order (host or device
-        arrays), or FeedError naming the input; nothing is written anywhere."""
+        arrays), or FeedError naming the input; nothing is written anywhere.
+
+        A device array (`jax.Array`) must live on the session's device alone: one on
+        another device (or sharded over several) is refused, not copied, so a step
+        never makes a hidden cross-device copy; `jax.device_put(a, session.device)`
+        moves it once, where the caller can see the cost."""
         plain = self._plain_feeds
         if plain is not None and type(feeds) is dict and len(feeds) == len(plain):
             args = []
@@ -321,6 +405,10 @@ class Session:
             if isinstance(a, jax.Array):
                 if a.is_deleted():
                     raise FeedError(f"input {t.name!r}: the device array has been deleted (donated or freed)")
+                if a.devices() != self._devices:
+                    where = ", ".join(sorted(str(d) for d in a.devices()))
+                    raise FeedError(f"input {t.name!r}: a device array on {where}, the session runs on "
+                                    f"{self.device}: pass jax.device_put(array, session.device) or a numpy array")
                 storage = dtypes.np_dtype(dtypes.storage_dtype(t.dtype))
                 ok = a.dtype == storage or a.dtype == dtypes.np_dtype(t.dtype)
                 if not ok or tuple(a.shape) != t.shape:
@@ -352,7 +440,8 @@ class Session:
         """{input name: array} -> {output name: array}.
 
         Inputs are numpy arrays of the logical dtype, or device arrays (`jax.Array`) of
-        the storage dtype (int64 inputs are stored as int32), which skip the host copy.
+        the storage dtype (int64 inputs are stored as int32) on the session's device,
+        which skip the host copy.
         Outputs are numpy arrays of the logical dtype, or with `device_outputs=True`
         device arrays of the storage dtype, left on the device. Non-contiguous numpy
         arrays are accepted (copied while staging); NaN and Inf are values like any

@@ -107,3 +107,139 @@ def test_without_onnx_installed_says_how_to_get_it(tmp_path):
             "from aotplan.cli import run; run()")
     r = subprocess.run([sys.executable, "-c", code, "compile", str(tmp_path / "m.onnx")], capture_output=True, text=True)
     assert r.returncode == 2 and "pip install 'aotplan[onnx]'" in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------ malformed models (review)
+
+def _tiny(path, nodes, inputs=None, outputs=None, inits=(), opset=13, ir_version=None):
+    """x FLOAT[1,4] -> nodes -> y FLOAT[1,4] unless told otherwise."""
+    g = helper.make_graph(nodes, "tiny", inputs or [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          outputs or [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    if ir_version is not None:
+        m.ir_version = ir_version
+    onnx.save(m, str(path))
+    return m
+
+
+def _raw_tensor(name, dims, raw):
+    """A float TensorProto with raw_data of any length (helper.make_tensor refuses a wrong one)."""
+    t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=dims)
+    t.raw_data = raw
+    return t
+
+
+def _compile(path, *args):
+    return CliRunner().invoke(main, ["compile", str(path), "-o", str(path) + ".plan", *args])
+
+
+@pytest.mark.parametrize("case,message", [
+    ("raw", "initializer 'w': float32[4] needs 16 bytes of raw_data (4 elements of 4 bytes), got 8"),
+    ("typed", "initializer 'w': float32[4] needs 4 values in float_data, got 2"),
+    ("constant_raw", "node 'Constant_0' (Constant) attribute 'value': float32[4] needs 16 bytes of raw_data "
+                     "(4 elements of 4 bytes), got 8"),
+    ("constant_typed", "node 'Constant_0' (Constant) attribute 'value': float32[4] needs 4 values in float_data, "
+                       "got 5"),
+])
+def test_tensor_data_of_the_wrong_size_is_a_model_error(tmp_path, case, message):
+    add = helper.make_node("Add", ["x", "w"], ["y"])
+    if case == "raw":
+        _tiny(tmp_path / "m.onnx", [add], inits=[_raw_tensor("w", [4], np.zeros(2, np.float32).tobytes())])
+    elif case == "typed":
+        _tiny(tmp_path / "m.onnx", [add], inits=[TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4],
+                                                             float_data=[1.0, 2.0])])
+    else:
+        t = (_raw_tensor("c", [4], np.zeros(2, np.float32).tobytes()) if case == "constant_raw" else
+             TensorProto(name="c", data_type=TensorProto.FLOAT, dims=[4], float_data=[1, 2, 3, 4, 5]))
+        _tiny(tmp_path / "m.onnx", [helper.make_node("Constant", [], ["w"], value=t), add])
+    r = _compile(tmp_path / "m.onnx")
+    assert r.exit_code == 2 and f"error: {message}" in r.output, r.output
+
+
+def test_declared_output_type_must_match_the_graph(tmp_path):
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    for elem, dims, want in ((TensorProto.INT32, [7, 7], "int32[7, 7]"), (TensorProto.INT32, [1, 4], "int32[1, 4]"),
+                             (TensorProto.INT32, None, "int32 (shape not declared)"),
+                             (TensorProto.FLOAT, [7, 7], "float32[7, 7]"),
+                             (TensorProto.FLOAT, [1, 4, 1], "float32[1, 4, 1]"),
+                             (TensorProto.FLOAT, ["N", 5], "float32[N, 5]"), (TensorProto.FLOAT, [], "float32[]")):
+        _tiny(tmp_path / "m.onnx", [relu], outputs=[helper.make_tensor_value_info("y", elem, dims)])
+        r = _compile(tmp_path / "m.onnx")
+        assert r.exit_code == 2 and (f"error: output 'y': the model declares it {want}, but the graph computes "
+                                     f"float32[1, 4]") in r.output, (dims, r.output)
+
+
+def test_declared_output_with_symbolic_or_unknown_dims_is_fine(tmp_path):
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    for out in (helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "M"]),
+                helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None]),
+                helper.make_tensor_value_info("y", TensorProto.FLOAT, None),  # no shape at all
+                helper.make_tensor_value_info("y", TensorProto.UNDEFINED, [1, 4])):
+        _tiny(tmp_path / "m.onnx", [relu], outputs=[out])
+        r = _compile(tmp_path / "m.onnx")
+        assert r.exit_code == 0, (out, r.output)
+
+
+def test_declared_output_with_a_given_input_shape(tmp_path):
+    """--input-shape may change what the declared dimensions were written for: then the
+    output's element type and rank are checked, not its dimensions."""
+    small_model(str(tmp_path / "small.onnx"))  # y is declared [N, 5]: any batch matches
+    assert _compile(tmp_path / "small.onnx", "--input-shape", "x=3,3,8,8").exit_code == 0
+    m = onnx.load(str(tmp_path / "small.onnx"))
+    m.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 1  # now declared [1, 5]
+    onnx.save(m, str(tmp_path / "b1.onnx"))
+    assert _compile(tmp_path / "b1.onnx", "--input-shape", "x=1,3,8,8").exit_code == 0
+    assert _compile(tmp_path / "b1.onnx", "--input-shape", "x=3,3,8,8").exit_code == 0
+    m.graph.output[0].type.tensor_type.shape.dim.add().dim_value = 1  # declared [1, 5, 1]: rank 3
+    onnx.save(m, str(tmp_path / "r3.onnx"))
+    r = _compile(tmp_path / "r3.onnx", "--input-shape", "x=3,3,8,8")
+    assert r.exit_code == 2 and "output 'y': the model declares it float32[1, 5, 1], but the graph computes " \
+                                "float32[3, 5]" in r.output, r.output
+
+
+def test_opset_beyond_the_known_ones_is_refused(tmp_path):
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    top = onnx.defs.onnx_opset_version()
+    _tiny(tmp_path / "m.onnx", [relu], opset=top)
+    assert _compile(tmp_path / "m.onnx").exit_code == 0
+    for opset in (top + 1, 99):
+        _tiny(tmp_path / "m.onnx", [relu], opset=opset)
+        r = _compile(tmp_path / "m.onnx")
+        assert r.exit_code == 2 and (f"error: model imports ONNX opset {opset} (default domain); supported: "
+                                     f"opsets 1 to {top}") in r.output, r.output
+
+
+def test_input_with_an_initializer_becomes_a_constant_and_says_so(tmp_path, caplog):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [4])
+    init = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
+    add = helper.make_node("Add", ["x", "w"], ["y"])
+    _tiny(tmp_path / "m.onnx", [add], inputs=[x, w], inits=[init], ir_version=8)
+    r = CliRunner().invoke(main, ["import", "onnx", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 0, r.output
+    note = ("aotplan: input 'w' has an initializer: imported as a constant with the initializer's value "
+            "(ONNX lets a runtime feed override it; a plan cannot)")
+    # a warning of the `aotplan` logger, as the executor's notes (on stderr unless logging is configured)
+    assert [(rec.name, rec.levelname, rec.getMessage()) for rec in caplog.records] == [("aotplan", "WARNING", note)]
+    caplog.clear()
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert [t["name"] for t in doc["inputs"]] == ["x"]
+    r = subprocess.run([sys.executable, "-m", "aotplan.cli", "import", "onnx", str(tmp_path / "m.onnx"), "-o",
+                        str(tmp_path / "p.json")], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr.count(note) == 1, r.stderr  # the CLI prints it
+    assert doc["constants"] == [{"name": "w", "dtype": "float32", "shape": [4], "value": [0.0, 1.0, 2.0, 3.0]}]
+    r = CliRunner().invoke(main, ["import", "onnx", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "n.json"),
+                                  "--input-shape", "w=4"])
+    assert r.exit_code == 2 and "--input-shape names 'w', an input with an initializer" in r.output, r.output
+    # before IR 4 every initializer had to be listed as an input: nothing to say
+    _tiny(tmp_path / "old.onnx", [add], inputs=[x, w], inits=[init], ir_version=3)
+    r = CliRunner().invoke(main, ["import", "onnx", str(tmp_path / "old.onnx"), "-o", str(tmp_path / "o.json")])
+    assert r.exit_code == 0 and not caplog.records, (r.output, caplog.records)
+
+
+def test_import_without_weights_does_not_name_a_weights_file(tmp_path):
+    _tiny(tmp_path / "ok.onnx", [helper.make_node("Relu", ["x"], ["y"])])
+    r = CliRunner().invoke(main, ["import", "onnx", str(tmp_path / "ok.onnx"), "-o", str(tmp_path / "ok.json")])
+    assert r.exit_code == 0, r.output
+    assert not (tmp_path / "ok.weights.npz").exists()
+    assert "weights in" not in r.output and "no weights file" in r.output, r.output

@@ -5,12 +5,16 @@ schema that the model's opset selects (`since_version`): e.g. Softmax before 13
 flattens at `axis`, Slice before 10 takes attributes where later versions take inputs.
 Inputs that ONNX passes as tensors but that decide shapes (Reshape's shape, Slice's
 starts, ...) stay node inputs here; the compiler's `fold` pass binds them once they
-are constants. Initializers and Constant nodes become constants. An op we do not
-support is an error naming it and its node: nothing is skipped silently.
+are constants. Initializers and Constant nodes become constants (a graph input with an
+initializer too: a note says so). An op we do not support is an error naming it and its
+node: nothing is skipped silently. Checked here: tensor data holds as many elements as
+its dims say, the default-domain opset is one the installed onnx knows, and each graph
+output's declared element type and static dimensions match what the graph computes.
 
 `onnx` is an optional dependency (`pip install aotplan[onnx]`).
 """
 
+import math
 import os
 
 import numpy as np
@@ -43,6 +47,31 @@ def elem_dtype(elem, where):
     return _ELEM[elem]
 
 
+def _check_data(tensor, dt, where):
+    """The tensor's data holds exactly as many elements as its dims say (numpy_helper
+    would fail on a reshape, or read a raw buffer of the wrong length)."""
+    from onnx import helper
+
+    dims = [int(d) for d in tensor.dims]
+    desc = f"{where}: {dt}{dims}"
+    if any(d < 0 for d in dims):
+        raise ModelError(f"{desc} has a negative dimension")
+    if tensor.HasField("segment"):
+        raise ModelError(f"{where}: segmented tensors are not supported")
+    n = math.prod(dims)
+    if tensor.HasField("raw_data"):
+        itemsize = dtypes.np_dtype(dt).itemsize
+        got = len(tensor.raw_data)
+        if got != n * itemsize:
+            raise ModelError(f"{desc} needs {n * itemsize} bytes of raw_data ({n} elements of {itemsize} bytes), "
+                             f"got {got}")
+        return
+    field = helper.tensor_dtype_to_field(tensor.data_type)
+    got = len(getattr(tensor, field))
+    if got != n:
+        raise ModelError(f"{desc} needs {n} values in {field}, got {got}")
+
+
 def _array(tensor, where):
     onnx = _onnx()
     from onnx import numpy_helper
@@ -51,6 +80,7 @@ def _array(tensor, where):
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         raise ModelError(f"{where}: tensors with external data are not supported; load the model with "
                          f"onnx.load(..., load_external_data=True) and save it as one file")
+    _check_data(tensor, dt, where)
     arr = numpy_helper.to_array(tensor)
     want = dtypes.np_dtype(dt)
     if arr.dtype != want:
@@ -63,7 +93,7 @@ def _attr_value(a, where):
     from onnx import helper
 
     if a.type == onnx.AttributeProto.TENSOR:
-        return _array(a.t, where)
+        return _array(a.t, f"{where} attribute {a.name!r}")
     if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS, onnx.AttributeProto.SPARSE_TENSOR):
         raise ModelError(f"{where}: attribute {a.name!r} of type {a.type} is not supported")
     v = helper.get_attribute_value(a)
@@ -344,12 +374,82 @@ def opset_version(model):
     return 1
 
 
+def max_opset():
+    """The newest default-domain opset we convert: the newest the installed onnx package
+    has schemas for (each node is converted with the schema its opset selects)."""
+    return _onnx().defs.onnx_opset_version()
+
+
+def _check_opset(opset):
+    onnx = _onnx()
+    top = max_opset()
+    if not 1 <= opset <= top:
+        raise ModelError(f"model imports ONNX opset {opset} (default domain); supported: opsets 1 to {top} "
+                         f"(the newest the installed onnx {onnx.__version__} knows)")
+
+
+def _type_str(dt, dims):
+    return f"{dt}[{', '.join(str(d) for d in dims)}]"
+
+
+def _check_outputs(graph, declared, dims_too=True):
+    """Each graph output's declared element type and static dimensions agree with what
+    the graph computes (our own shape rules). Symbolic or missing dimensions, a missing
+    shape and an undefined element type are not checked, nor are the dimensions (the
+    rank is) where `dims_too` is false: the user's --input-shape may have changed them. Needs every shape to be known
+    here: if inference fails (an input that decides shapes, frozen only at compile time,
+    or an error that the compile reports itself, naming the node), nothing is checked.
+    This is the front of `pipeline.prepare` with nothing folded but what shapes need."""
+    from compiler.passes import fold, infer, schedule, validate
+
+    try:
+        g, _ = fold.run(validate.run(graph), fold_constants=False)
+        info = infer.run(g, schedule.run(g))
+    except Exception:  # noqa: BLE001 - the compile meets the same error and reports it properly
+        return
+    for vi in declared:
+        t = vi.type.tensor_type
+        got = info.get(vi.name)
+        if got is None or not vi.type.HasField("tensor_type"):
+            continue
+        dt = _ELEM.get(t.elem_type)
+        dt_ok = t.elem_type == 0 or dt == got.dtype
+        shape_ok = True
+        if t.HasField("shape"):
+            dims = t.shape.dim
+            shape_ok = len(dims) == len(got.shape) and (not dims_too or all(
+                not d.HasField("dim_value") or d.dim_value == g_d for d, g_d in zip(dims, got.shape)))
+        if dt_ok and shape_ok:
+            continue
+        onnx = _onnx()
+        if t.elem_type == 0:
+            want_dt = "?"
+        elif dt is None:
+            want_dt = onnx.TensorProto.DataType.Name(t.elem_type) if t.elem_type in onnx.TensorProto.DataType.values() \
+                else str(t.elem_type)
+        else:
+            want_dt = dt
+        want = _type_str(want_dt, [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                                   for d in t.shape.dim]) if t.HasField("shape") else f"{want_dt} (shape not declared)"
+        raise ModelError(f"output {vi.name!r}: the model declares it {want}, but the graph computes "
+                         f"{_type_str(got.dtype, got.shape)}")
+
+
+def _note(msg):
+    """A note for the user, once per import: a warning of the `aotplan` logger (printed on
+    stderr unless the application configures logging), as the executor's notes are."""
+    import logging
+
+    logging.getLogger("aotplan").warning("aotplan: %s", msg)
+
+
 def convert(model, input_shapes=None, name=None):
     """onnx.ModelProto -> Graph. `input_shapes`: {input name: dims} for symbolic dims."""
     onnx = _onnx()
     fixed = dict(input_shapes or {})
     g = model.graph
     opset = opset_version(model)
+    _check_opset(opset)
     for o in model.opset_import:
         if o.domain not in ("", "ai.onnx") and any(n.domain == o.domain for n in g.node):
             raise ModelError(f"model uses operator domain {o.domain!r}, which is not supported")
@@ -357,10 +457,26 @@ def convert(model, input_shapes=None, name=None):
     unknown = sorted(set(fixed) - {i.name for i in g.input})
     if unknown:
         raise ModelError(f"--input-shape names {unknown[0]!r}, which is not an input of the model")
+    init_inputs = [vi.name for vi in g.input if vi.name in inits]
+    fixed_inits = sorted(set(fixed) & set(init_inputs))
+    if fixed_inits:
+        raise ModelError(f"--input-shape names {fixed_inits[0]!r}, an input with an initializer: it is imported as "
+                         f"a constant of shape {list(inits[fixed_inits[0]].dims)}")
+    if init_inputs and model.ir_version >= 4:
+        # From IR 4 on, an input with an initializer is an input whose initializer is a default value
+        # (onnxruntime lets a feed override it). Plans are frozen: we keep the value. Before IR 4 every
+        # initializer had to be listed as an input, so there it says nothing.
+        shown = ", ".join(repr(n) for n in init_inputs[:8]) + (f" and {len(init_inputs) - 8} more"
+                                                                if len(init_inputs) > 8 else "")
+        one = len(init_inputs) == 1
+        _note(f"{'input' if one else f'{len(init_inputs)} inputs'} {shown} "
+              f"{'has an initializer' if one else 'have initializers'}: imported as "
+              f"{'a constant' if one else 'constants'} with the initializer's value (ONNX lets a runtime "
+              f"feed override it; a plan cannot)")
     inputs = []
     for vi in g.input:
         if vi.name in inits:
-            continue  # before IR 4, initializers were listed as inputs too
+            continue  # a constant: see above
         where = f"input {vi.name!r}"
         if not vi.type.HasField("tensor_type"):
             raise ModelError(f"{where}: only tensor inputs are supported")
@@ -396,7 +512,9 @@ def convert(model, input_shapes=None, name=None):
         if c.attrs:
             c.fail(f"attribute {sorted(c.attrs)[0]!r} is not supported")
     outputs = tuple(o.name for o in g.output)
-    return Graph(name or g.name or "model", tuple(inputs), outputs, tuple(out.nodes), tuple(out.constants))
+    graph = Graph(name or g.name or "model", tuple(inputs), outputs, tuple(out.nodes), tuple(out.constants))
+    _check_outputs(graph, g.output, dims_too=not fixed)
+    return graph
 
 
 def load(path, input_shapes=None):
