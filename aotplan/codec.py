@@ -56,6 +56,7 @@ Version changelog:
 import hashlib
 import hmac
 import os
+import stat
 import struct
 from concurrent.futures import ThreadPoolExecutor
 
@@ -480,7 +481,14 @@ def read_bytes(path):
     _check_path(path, "plan file")
     try:
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):  # a pipe (`<(cat x.plan)`), a device: its size is not known
+                data = f.read()
+                buf = np.empty(len(data) + DATA_ALIGN, np.uint8)
+                at = -buf.ctypes.data % DATA_ALIGN
+                buf[at:at + len(data)] = np.frombuffer(data, np.uint8)
+                return memoryview(buf[at:at + len(data)]).toreadonly()
+            size = st.st_size
             buf = np.empty(size + DATA_ALIGN, np.uint8)
             at = -buf.ctypes.data % DATA_ALIGN
             view = memoryview(buf[at:at + size])
@@ -495,10 +503,23 @@ def read_bytes(path):
         raise PlanError(f"cannot read plan {path!r}: {getattr(e, 'strerror', None) or e}") from None
 
 
+def _named(path, e):
+    """A decoding error, with the file it came from (a command may read several)."""
+    return type(e)(f"{os.fspath(path)}: {e}")
+
+
 def read(path, trust_key=None, require_signature=False):
-    return decode(read_bytes(path), trust_key, require_signature)
+    data = read_bytes(path)
+    try:
+        return decode(data, trust_key, require_signature)
+    except PlanError as e:
+        raise _named(path, e) from None
 
 
 def read_checked(path, trust_key=None, require_signature=False):
     """-> (Plan, trusted)."""
-    return decode_checked(read_bytes(path), trust_key, require_signature)
+    data = read_bytes(path)
+    try:
+        return decode_checked(data, trust_key, require_signature)
+    except PlanError as e:
+        raise _named(path, e) from None

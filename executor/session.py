@@ -127,6 +127,8 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
 
 
 def enable_cache(cache_dir):
+    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+        raise PlanError(f"cannot use compilation cache {cache_dir!r}: it is a file, not a directory")
     try:
         os.makedirs(cache_dir, exist_ok=True)
     except OSError as e:

@@ -372,3 +372,23 @@ def test_version_is_the_package_version():
 
     r = CliRunner().invoke(main, ["--version"])
     assert r.exit_code == 0 and r.output.strip() == f"aotplan, version {aotplan.__version__}", r.output
+
+
+def test_plan_from_a_pipe_and_errors_name_the_file(mlp_plan, tmp_path):
+    import threading
+
+    fifo = tmp_path / "plan.fifo"
+    os.mkfifo(fifo)
+    data = open(mlp_plan, "rb").read()
+    writer = threading.Thread(target=lambda: open(fifo, "wb").write(data))
+    writer.start()
+    r = CliRunner().invoke(main, ["inspect", str(fifo)])
+    writer.join(10)
+    assert r.exit_code == 0 and "probs" in r.output, r.output
+    model = os.path.join(EXAMPLES, "mlp", "model.json")
+    r = CliRunner().invoke(main, ["check", model, mlp_plan])  # the two swapped
+    assert r.exit_code == 2 and f"error: {model}: not an aotplan plan" in r.output, r.output
+    (tmp_path / "cache").write_text("")
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs"],
+                           env={"AOTPLAN_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.exit_code == 2 and "it is a file, not a directory" in r.output, r.output

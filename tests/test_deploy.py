@@ -234,7 +234,7 @@ def test_cli_sign_and_trust(tmp_path):
     assert r.returncode == 0 and "(native kernels)" in r.stdout, r.stdout + r.stderr
     r = subprocess.run(base + ["replay", str(plan), "--random-inputs", "--require-signature"],
                        capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.startswith("error: plan is signed, but no trusted key"), r.stderr
+    assert r.returncode == 2 and r.stderr.startswith(f"error: {plan}: plan is signed, but no trusted key"), r.stderr
     short = tmp_path / "short"
     short.write_bytes(b"abc")
     r = subprocess.run(base + ["replay", str(plan), "--random-inputs", "--trust-key", str(short)],
