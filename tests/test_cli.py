@@ -392,3 +392,28 @@ def test_plan_from_a_pipe_and_errors_name_the_file(mlp_plan, tmp_path):
     r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs"],
                            env={"AOTPLAN_CACHE_DIR": str(tmp_path / "cache")})
     assert r.exit_code == 2 and "it is a file, not a directory" in r.output, r.output
+
+
+def test_freeze_a_bfloat16_input(tmp_path):
+    """--freeze-input reads bfloat16 as --input does: np.save's |V2, or raw uint16 bits
+    in either byte order."""
+    import ml_dtypes
+
+    doc = {"format": "aotplan.model", "version": 1, "name": "t",
+           "inputs": [{"name": "x", "dtype": "bfloat16", "shape": [2, 3]},
+                      {"name": "z", "dtype": "float32", "shape": [1]}], "outputs": ["y", "w"],
+           "nodes": [{"name": "r", "op": "relu", "inputs": ["x"], "outputs": ["y"], "attrs": {}},
+                     {"name": "r2", "op": "relu", "inputs": ["z"], "outputs": ["w"], "attrs": {}}]}
+    (tmp_path / "m.json").write_text(json.dumps(doc))
+    v = np.array([[1.5, -2, 3], [4, 5, -6]], ml_dtypes.bfloat16)
+    for k, a in enumerate((v, v.view(np.uint16).astype(">u2"))):
+        np.save(tmp_path / f"x{k}.npy", a)
+        plan = str(tmp_path / f"p{k}.plan")
+        r = CliRunner().invoke(main, ["compile", str(tmp_path / "m.json"), "-o", plan, "--freeze-input",
+                                      f"x={tmp_path / f'x{k}.npy'}"])
+        assert r.exit_code == 0, r.output
+        r = CliRunner().invoke(main, ["replay", plan, "--random-inputs", "--steps", "1", "--output",
+                                      str(tmp_path / f"o{k}.npz")])
+        assert r.exit_code == 0, r.output
+        with np.load(tmp_path / f"o{k}.npz") as z:
+            np.testing.assert_array_equal(z["y"], np.maximum(v.astype(np.float32), 0))
