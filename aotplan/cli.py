@@ -521,6 +521,10 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
 
 # ------------------------------------------------------------------- check
 
+def _raise(e):
+    raise e
+
+
 def _tolerance(param, value):
     if value is not None and not (np.isfinite(value) and value >= 0):
         raise click.BadParameter(f"{value} is not a finite number >= 0", param=param)
@@ -630,7 +634,9 @@ def plan_summary(plan, path):
 
 @main.command("verify")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
-@click.option("--timeout", type=click.FloatRange(min=1), default=600, show_default=True, metavar="SECONDS",
+@click.option("--timeout", type=click.FloatRange(min=1), default=600,
+              callback=lambda c, p, v: v if np.isfinite(v) else _raise(click.BadParameter(f"{v} is not finite",
+                                                                                          param=p)), show_default=True, metavar="SECONDS",
               help="Give up on a child that has not finished loading the plan after this long.")
 @_trust_options
 @_handle_errors

@@ -207,6 +207,7 @@ class Session:
     def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None):
         t0 = time.perf_counter()
         self.device = resolve_device(device)
+        self._host_memory = _host_is_device(self.device)
         self._devices = {self.device}  # what a device-array feed's devices() must be
         if not isinstance(plan, Plan):
             raise PlanError(f"Session takes a decoded plan (aotplan.plan.Plan), got {type(plan).__name__}: "
@@ -451,6 +452,11 @@ class Session:
         arrays are accepted (copied while staging); NaN and Inf are values like any
         other. Safe to call from several threads: steps are serialized."""
         args = self.check_feeds(feeds)
+        if device_outputs and self._host_memory:
+            # On CPU, XLA may read a numpy feed in place, after this call returns (async
+            # dispatch): the caller could refill the buffer before the step has read it.
+            # The host-output path waits for the outputs, so only this one copies.
+            args = [np.array(a) if isinstance(a, np.ndarray) else a for a in args]
         with self._lock:
             outs = self._step(args)
         if device_outputs:
@@ -463,20 +469,22 @@ class Session:
         None) and after each launch; `arena` is the current arena: read it, do not
         keep it."""
         arena = self._arena
-        if self._in_kernel is not None:
-            arena = self._in_kernel(arena, *args)
-            if after:
-                after(-1, None, arena)
-        outs = ()
-        for s, (kernel, extra, feeds, returns) in enumerate(self._launches):
-            r = kernel(arena, *extra, *args) if feeds else kernel(arena, *extra)
-            if returns:
-                arena, *outs = r
-            else:
-                arena = r
-            if after:
-                after(s, self.plan.launches[s], arena)
-        self._arena = arena
+        try:  # every launch donates the arena: keep the live one, whatever stops the step
+            if self._in_kernel is not None:
+                arena = self._in_kernel(arena, *args)
+                if after:
+                    after(-1, None, arena)
+            outs = ()
+            for s, (kernel, extra, feeds, returns) in enumerate(self._launches):
+                r = kernel(arena, *extra, *args) if feeds else kernel(arena, *extra)
+                if returns:
+                    arena, *outs = r
+                else:
+                    arena = r
+                if after:
+                    after(s, self.plan.launches[s], arena)
+        finally:
+            self._arena = arena
         if self._out_kernel is not None:
             outs = self._out_kernel(arena)
         return outs

@@ -417,3 +417,16 @@ def test_freeze_a_bfloat16_input(tmp_path):
         assert r.exit_code == 0, r.output
         with np.load(tmp_path / f"o{k}.npz") as z:
             np.testing.assert_array_equal(z["y"], np.maximum(v.astype(np.float32), 0))
+
+
+def test_verify_timeout_must_be_finite(mlp_plan):
+    for v in ("nan", "inf"):
+        r = CliRunner().invoke(main, ["verify", mlp_plan, "--timeout", v])
+        assert r.exit_code == 2 and "is not finite" in r.output and "internal error" not in r.output, r.output
+
+
+def test_check_compares_float64_as_the_float32_it_is_computed_in():
+    from compiler import check as chk
+
+    assert chk.tolerance("float64", None, None) == chk.tolerance("float32", None, None) != (0.0, 0.0)
+    assert chk.tolerance("int64", None, None) == (0.0, 0.0)

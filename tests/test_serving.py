@@ -9,6 +9,7 @@ import pytest
 from aotplan.errors import FeedError
 from compiler import reference
 from conftest import random_feeds
+import executor
 from executor import tools
 
 
@@ -151,3 +152,47 @@ def test_weights_leave_host_memory_once_on_a_separate_device(examples, tmp_path,
         np.testing.assert_array_equal(got[k], want[k])
     monkeypatch.undo()
     assert executor.load(str(path)).plan.constants  # on CPU they are the pool's bytes: kept
+
+
+
+def test_a_step_stopped_midway_leaves_a_usable_session(kernel_examples):
+    """Every launch donates the arena: whatever stops a step between launches (Ctrl-C,
+    a request timeout, a failing tool callback), the session keeps the live arena."""
+    graph, plan, _ = kernel_examples["cnn"]
+    sess = executor.Session(plan)
+    feeds = {t.name: np.random.default_rng(1).standard_normal(t.shape).astype(np.float32) for t in graph.inputs}
+    want = sess.run(feeds)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_third(s, launch, arena):
+        if s == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        sess.run_launches(feeds, stop_at_third)
+    for k, v in sess.run(feeds).items():
+        np.testing.assert_array_equal(v, want[k])
+
+
+
+def test_device_outputs_do_not_read_the_callers_buffer_later():
+    """On CPU, XLA may read a numpy feed after `run` returns (async dispatch): with
+    device_outputs=True the session copies it first, so refilling it is safe. (A step
+    of three 768x768 matmuls outlasts the refill; without the copy the outputs change.)"""
+    from aotplan.graph import Graph, Node, TensorInfo
+    from conftest import compile_and_load
+
+    n = 768
+    g = Graph("t", (TensorInfo("x", "float32", (n, n)),), ("y",),
+              (Node("m", "matmul", ("x", "x"), ("m",)), Node("m2", "matmul", ("m", "x"), ("m2",)),
+               Node("y", "matmul", ("m2", "x"), ("y",))), ())
+    _, sess = compile_and_load(g)
+    x = np.full((n, n), 0.01, np.float32)
+    want = sess.run({"x": x.copy()})["y"]
+    for _ in range(3):
+        got = sess.run({"x": x}, device_outputs=True)
+        x[...] = 7.0
+        np.testing.assert_array_equal(np.asarray(got["y"]), want)
+        x[...] = 0.01
