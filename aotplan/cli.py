@@ -521,8 +521,11 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
 
 # ------------------------------------------------------------------- check
 
-def _raise(e):
-    raise e
+def _finite(param, value):
+    """FloatRange lets NaN and inf through (no comparison with them is true)."""
+    if not np.isfinite(value):
+        raise click.BadParameter(f"{value} is not finite", param=param)
+    return value
 
 
 def _tolerance(param, value):
@@ -635,8 +638,7 @@ def plan_summary(plan, path):
 @main.command("verify")
 @click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
 @click.option("--timeout", type=click.FloatRange(min=1), default=600,
-              callback=lambda c, p, v: v if np.isfinite(v) else _raise(click.BadParameter(f"{v} is not finite",
-                                                                                          param=p)), show_default=True, metavar="SECONDS",
+              callback=lambda c, p, v: _finite(p, v), show_default=True, metavar="SECONDS",
               help="Give up on a child that has not finished loading the plan after this long.")
 @_trust_options
 @_handle_errors

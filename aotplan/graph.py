@@ -6,9 +6,16 @@ another node), there is no cycle, and every op is known. Passes never mutate a g
 they build a new one with `dataclasses.replace`.
 """
 
+import unicodedata
 from dataclasses import dataclass, field
 
 import numpy as np
+
+
+def has_control_char(name):
+    """Names go into files (.npz members, dumps) and one-line messages: a NUL, newline
+    or other control character in one breaks them (model.json and validate refuse it)."""
+    return any(unicodedata.category(c) == "Cc" for c in name)
 
 
 def freeze(value):

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import tokenize
-import unicodedata
 import zipfile
 import zlib
 
@@ -31,7 +30,7 @@ import numpy as np
 
 from aotplan import dtypes
 from aotplan.errors import ModelError
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze, thaw
+from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze, has_control_char, thaw
 
 FORMAT_NAME = "aotplan.model"
 FORMAT_VERSION = 1
@@ -76,7 +75,7 @@ def _name(value, where):
     if not isinstance(value, str) or not value:
         raise ModelError(f"{where}: expected a non-empty name string, got {value!r}")
     _unicode(value, where)
-    if any(unicodedata.category(c) == "Cc" for c in value):  # NUL, newline, escapes: they break files and lines
+    if has_control_char(value):
         raise ModelError(f"{where}: name {value!r} holds a control character")
     return value
 

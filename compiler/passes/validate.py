@@ -7,17 +7,14 @@ graph with one change: a graph output that is a graph input or a constant gets a
 """
 
 import dataclasses
-import unicodedata
 
 from aotplan.errors import ModelError
-from aotplan.graph import Node
+from aotplan.graph import Node, has_control_char
 from compiler import ops
 
 
 def _check_name(kind, name):
-    """Names go into files (.npz members, dumps) and one-line messages: no NUL, newline
-    or other control character (model.json is checked alike when read)."""
-    if any(unicodedata.category(c) == "Cc" for c in name):
+    if has_control_char(name):
         raise ModelError(f"{kind} name {name!r} holds a control character")
 
 
