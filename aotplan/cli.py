@@ -10,20 +10,25 @@ shows the traceback. The compiler is imported only inside `compile`: inference h
 run `replay` and `inspect` without it.
 """
 
-import functools
-import json
 import os
-import re
 import sys
-import time
-import traceback
 
-import click
-import numpy as np
+try:  # Ctrl-C while the imports run (numpy, click): one line, as later, not a traceback
+    import functools
+    import json
+    import re
+    import time
+    import traceback
 
-from aotplan import __version__
-from aotplan import debug as dbg
-from aotplan.errors import AotplanError, FeedError
+    import click
+    import numpy as np
+
+    from aotplan import __version__
+    from aotplan import debug as dbg
+    from aotplan.errors import AotplanError, FeedError
+except KeyboardInterrupt:
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
 
 
 def _handle_errors(fn):
@@ -49,8 +54,12 @@ def _handle_errors(fn):
         except Exception as e:  # a bug of ours: say so, briefly
             if show:
                 traceback.print_exc()
+            names, c = [], ctx  # the command as typed after `aotplan`: "import onnx", not "onnx"
+            while c.parent is not None:
+                names.append(c.info_name)
+                c = c.parent
             click.echo(f"internal error: {type(e).__name__}: {e} (rerun as `aotplan --debug "
-                       f"{ctx.info_name} ...` for the traceback; please report it)", err=True)
+                       f"{' '.join(reversed(names))} ...` for the traceback; please report it)", err=True)
             ctx.exit(3)
     return wrapper
 
@@ -75,6 +84,29 @@ def _fmt_bytes(n):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
+
+
+def _refuse_unwritable(path, what, folder=False):
+    """Fail before the work, not after it: the folder that `path` (a file, or with
+    folder=True a folder that is created if missing) will be written in must exist and
+    be writable; else one error, "cannot write <what>: <why>". The write itself still
+    reports what else can go wrong."""
+    real = os.path.realpath(path)  # files are written through symlinks
+    if not folder and os.path.exists(real) and not os.path.isfile(real):
+        return  # a device or a FIFO (/dev/null): written directly, whatever its folder
+    d = real if folder else os.path.dirname(real)
+    while folder and not os.path.lexists(d):  # --dump creates the missing folders
+        d = os.path.dirname(d)
+    if not os.path.isdir(d):
+        raise AotplanError(f"cannot write {what}: "
+                           + (f"{d!r} is not a folder" if os.path.lexists(d) else f"folder {d!r} does not exist"))
+    if not os.access(d, os.W_OK | os.X_OK):
+        try:
+            ro = bool(os.statvfs(d).f_flag & os.ST_RDONLY)
+        except OSError:
+            ro = False
+        raise AotplanError(f"cannot write {what}: "
+                           + (f"{d!r} is on a read-only file system" if ro else f"no permission to write in {d!r}"))
 
 
 # ------------------------------------------------------------------- compile
@@ -119,7 +151,8 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
 @main.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
-              help="Plan file to write (default: MODEL's name with .plan, in the current directory).")
+              help="Plan file to write (default: <name>.plan in the current directory, <name> being the model's "
+                   "name as the plan records it: model.json's \"name\" field).")
 @click.option("--planner", default=None,
               help="Memory planner: best (default: the smallest arena of greedy_by_size, greedy_by_breadth, exact "
                    "and naive), greedy_by_size, greedy_by_breadth, exact (branch and bound, up to 12 tensors) or "
@@ -200,6 +233,9 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
 
     if output is not None:
         _refuse_overwriting_inputs(output, "-o", model, frozen)
+        _refuse_unwritable(output, f"plan {output!r}")
+    else:
+        _refuse_unwritable(".", "the plan in the current folder (no -o given)", folder=True)
     try:
         graph, digest = _load_model(model, input_shapes)
         if frozen:
@@ -280,12 +316,14 @@ def import_onnx(model, output, input_shapes):
     refuse_overwriting(output, {"ONNX model": model}, "-o")
     refuse_overwriting(os.path.join(os.path.dirname(os.path.abspath(output)), weights), {"ONNX model": model},
                        f"the weights file of -o {output!r},")
+    _refuse_unwritable(output, f"{output!r}")
     graph, _ = onnx_import.load(model, _parse_shapes(input_shapes))
     try:
         wrote = model_json.save(graph, output, weights_file=weights)
     except OSError as e:
         raise AotplanError(f"cannot write {output!r}: {e.strerror}") from None
-    click.echo(f"imported {model} -> {output} ({len(graph.nodes)} nodes, {len(graph.constants)} constants; "
+    click.echo(f"imported {model} -> {output} ({_n(len(graph.nodes), 'node')}, "
+               f"{_n(len(graph.constants), 'constant')}; "
                + (f"weights in {weights})" if wrote else "all inline in the model.json, no weights file)"))
 
 
@@ -317,6 +355,9 @@ def _load_npy(spec, flag="--input"):
     except MemoryError:
         raise FeedError(f"{flag} {name}: {path!r} declares an array too large to load") from None
     except ValueError as e:
+        if "Object arrays" in str(e):  # a real .npy of dtype object: Python objects, pickled inside
+            raise FeedError(f"{flag} {name}: {path!r} holds an array of Python objects (dtype object), which "
+                            f"aotplan never unpickles; save a numeric array") from None
         if "allow_pickle" in str(e):  # numpy's guess for a file that is no .npy: pickled data (never loaded)
             raise FeedError(f"{flag} {name}: {path!r} is not a .npy file (numpy would read it as pickled "
                             f"Python objects, which aotplan never loads)") from None
@@ -437,7 +478,8 @@ def _feeds(session, inputs, random_inputs, seed):
 
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
-@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="Feed an input from a .npy file.")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy",
+              help="Feed an input from a .npy file (repeatable, one per input).")
 @click.option("--random-inputs", is_flag=True, help="Feed seeded random values to every input not given.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for --random-inputs.")
 @click.option("--steps", default=10, show_default=True, type=click.IntRange(min=1), help="Steps to run and time.")
@@ -471,6 +513,9 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
 
         refuse_overwriting(out_path, {"plan": plan_path, **{f"--input {n} file": p for n, p in
                                                             map(_split_spec, inputs)}}, "--output")
+        _refuse_unwritable(out_path, f"outputs to {out_path!r}")
+    if dump_dir:
+        _refuse_unwritable(dump_dir, f"dumps to {dump_dir!r}", folder=True)
     session = _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
                             isolate=isolate)
     feeds = _feeds(session, inputs, random_inputs, seed)
@@ -488,7 +533,7 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     for name, a in outs.items():
         click.echo(f"  output {name}: {a.dtype}{list(a.shape)} {_preview(a)}")
     ms = np.array(times) * 1e3
-    click.echo(f"  step time over {steps} steps: median {np.median(ms):.3f} ms, min {ms.min():.3f} ms, "
+    click.echo(f"  step time over {_n(steps, 'step')}: median {np.median(ms):.3f} ms, min {ms.min():.3f} ms, "
                f"max {ms.max():.3f} ms (first step {ms[0]:.3f} ms)")
     if out_path:
         from aotplan.fileio import atomic_write, npz_bytes
@@ -510,7 +555,7 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
             files = tools.dump(session, feeds, dump_dir)
         except OSError as e:
             raise AotplanError(f"cannot write dumps to {dump_dir!r}: {e.strerror}") from None
-        click.echo(f"  dumped {len(files)} tensors to {dump_dir}")
+        click.echo(f"  dumped {_n(len(files), 'tensor')} to {dump_dir}")
     if check_alloc:
         report = tools.check_alloc(session, feeds, steps=max(steps, 100))
         for line in report.lines():
@@ -537,7 +582,8 @@ def _tolerance(param, value):
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="Feed an input from a .npy file.")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy",
+              help="Feed an input from a .npy file (repeatable, one per input).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
               help="Seed for the random values of inputs not given.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=_INPUT_SHAPE_HELP)
@@ -553,8 +599,9 @@ def check(plan_path, model, inputs, seed, input_shapes, rtol, atol):
     launch whose output differs beyond tolerance. Exits 1 if any does.
 
     A sink or fused PLAN keeps intermediates inside its kernels: its outputs are
-    compared, and a kernel-mode plan compiled from MODEL with the same options is
-    checked launch by launch. Needs the compiler (a build host, not an inference host).
+    compared, and a kernel-mode plan compiled from MODEL with PLAN's planner, weights
+    placement and clean-up passes (other options at their defaults) is checked launch
+    by launch. Needs the compiler (a build host, not an inference host).
     """
     import executor
     from aotplan import codec
@@ -658,15 +705,16 @@ def verify_cmd(plan_path, timeout, trust_key, require_signature, trust_executabl
     if cache_dir:
         os.environ["AOTPLAN_CACHE_DIR"] = cache_dir
     key = codec.read_key(trust_key) if trust_key else None
-    if key is None and os.environ.get("AOTPLAN_TRUST_KEY"):
-        key = codec.read_key(os.environ["AOTPLAN_TRUST_KEY"])
+    if key is None:
+        key = codec.env_key()
     data = codec.read_bytes(plan_path)
     plan, trusted = codec.decode_checked(data, key, require_signature)
     verify.verify(plan)
     signed = "signature verified" if trusted else (
         "signed, no key given" if codec.read_header(data)[0].get("signature") is not None else "unsigned")
     click.echo(f"plan {plan_path}: format {int.from_bytes(data[8:12], 'little')}, launch mode {plan.launch_mode}, "
-               f"{len(plan.tensors)} tensors, {len(plan.launches)} launches, {len(plan.kernels)} kernels; "
+               f"{_n(len(plan.tensors), 'tensor')}, {_n(len(plan.launches), 'launch')}, "
+               f"{_n(len(plan.kernels), 'kernel')}; "
                f"{signed}; fields and verifier ok")
     report = isolate.probe(plan_path, key, require_signature, trust_executables, timeout=timeout)
     click.echo(f"  {report.line()}")

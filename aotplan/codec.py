@@ -457,6 +457,18 @@ def read_key(path):
     return key
 
 
+def env_key():
+    """The key file named by AOTPLAN_TRUST_KEY -> bytes, or None where it is unset; an
+    unreadable or short file is a PlanError that names the variable."""
+    path = os.environ.get("AOTPLAN_TRUST_KEY")
+    if not path:
+        return None
+    try:
+        return read_key(path)
+    except PlanError as e:
+        raise PlanError(f"AOTPLAN_TRUST_KEY: {e}") from None
+
+
 def check_key(key, what="key"):
     """A key given as bytes (bytes, bytearray or memoryview) -> bytes, or PlanError if it
     is shorter than MIN_KEY_BYTES (the least a key file may hold)."""

@@ -31,9 +31,6 @@ from executor.kernels import check_signature, compile_kernel, device_avals, kern
 log = logging.getLogger("aotplan")
 
 
-def _env_key():
-    path = os.environ.get("AOTPLAN_TRUST_KEY")
-    return codec.read_key(path) if path else None
 
 
 def _check_path(path):
@@ -53,7 +50,7 @@ def _trust_key(key):
     """`trust_key`: None (AOTPLAN_TRUST_KEY's file, if set), a key file's path (str or
     os.PathLike, read like --trust-key), or the key's bytes -> bytes or None."""
     if key is None:
-        return _env_key()
+        return codec.env_key()
     if isinstance(key, (str, os.PathLike)):
         return codec.read_key(key)
     if isinstance(key, (bytes, bytearray, memoryview)):
@@ -117,6 +114,10 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     file is read; a wrong one is a PlanError naming it.
     """
     path = _check_path(path)
+    for flag, value in (("warmup", warmup), ("require_signature", require_signature),
+                        ("trust_executables", trust_executables)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise PlanError(f"executor.load: {flag} must be True or False, got {type(value).__name__} {_short(value)}")
     device = resolve_device(device)
     trust_key = _trust_key(trust_key)
     cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
@@ -357,7 +358,8 @@ class Session:
             return "stablehlo"
         if not trusted:
             log.warning("aotplan: the plan carries native executables but is not trusted (no verified signature; "
-                        "pass a trust key or trust_executables=True); compiling its portable kernels instead")
+                        "pass a trust key: --trust-key or trust_key=, or trust them without one: "
+                        "--trust-executables or trust_executables=True); compiling its portable kernels instead")
             return "stablehlo"
         return "native"
 

@@ -237,6 +237,24 @@ def test_short_trust_key_is_refused(plan_files, tmp_path):
         executor.load(path, trust_key=short)
 
 
+def test_trust_key_env_var_is_named_when_its_file_is_bad(plan_files, tmp_path, monkeypatch):
+    path = str(plan_files["native"])
+    monkeypatch.setenv("AOTPLAN_TRUST_KEY", str(tmp_path / "missing"))
+    with pytest.raises(PlanError, match=r"^AOTPLAN_TRUST_KEY: cannot read key file"):
+        executor.load(path, warmup=False)
+    keyfile = tmp_path / "key"
+    keyfile.write_bytes(KEY)
+    monkeypatch.setenv("AOTPLAN_TRUST_KEY", str(keyfile))
+    assert executor.load(path, warmup=False).kernel_source == "native"
+
+
+@pytest.mark.parametrize("flag", ["warmup", "require_signature", "trust_executables"])
+def test_flags_must_be_booleans(plan_files, flag):
+    # warmup="no" is truthy: it would have run the warm-up the caller meant to skip
+    with pytest.raises(PlanError, match=rf"^executor.load: {flag} must be True or False, got str"):
+        executor.load(str(plan_files["sink"]), **{flag: "no"})
+
+
 def test_device_by_platform_name(plan_files, examples):
     cpu = jax.devices("cpu")[0]
     assert executor.load(plan_files["sink"], device="cpu", warmup=False).device == cpu

@@ -88,13 +88,40 @@ def _array(tensor, where):
     return dt, np.asarray(arr, order="C")
 
 
+def _sparse_array(sp, where):
+    """A SparseTensorProto, densified: `values` [NNZ] at `indices`, either [NNZ] linear
+    indices or [NNZ, rank] coordinates, zeros elsewhere (as onnxruntime reads it)."""
+    dims = [int(d) for d in sp.dims]
+    if any(d < 0 for d in dims):
+        raise ModelError(f"{where}: sparse tensor dims {dims} have a negative dimension")
+    dt, vals = _array(sp.values, f"{where} values")
+    _, idx = _array(sp.indices, f"{where} indices")
+    n, nnz = math.prod(dims), vals.size
+    if vals.ndim != 1 or idx.dtype.kind not in "iu" or idx.shape not in ((nnz,), (nnz, len(dims))):
+        raise ModelError(f"{where}: sparse tensor of dims {dims} needs 1-D values and integer indices of shape "
+                         f"[{nnz}] or [{nnz}, {len(dims)}], got values {list(vals.shape)} and indices "
+                         f"{idx.dtype}{list(idx.shape)}")
+    idx = idx.astype(np.int64)
+    if idx.ndim == 2:
+        if (idx < 0).any() or (idx >= np.array(dims, np.int64)).any():
+            raise ModelError(f"{where}: sparse tensor indices out of range for dims {dims}")
+        idx = np.ravel_multi_index(tuple(idx.T), dims) if nnz else idx.reshape(0)
+    elif (idx < 0).any() or (idx >= n).any():
+        raise ModelError(f"{where}: sparse tensor indices out of range for {n} elements (dims {dims})")
+    dense = np.zeros(n, vals.dtype)
+    dense[idx] = vals
+    return dt, dense.reshape(dims)
+
+
 def _attr_value(a, where):
     onnx = _onnx()
     from onnx import helper
 
     if a.type == onnx.AttributeProto.TENSOR:
         return _array(a.t, f"{where} attribute {a.name!r}")
-    if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS, onnx.AttributeProto.SPARSE_TENSOR):
+    if a.type == onnx.AttributeProto.SPARSE_TENSOR:
+        return _sparse_array(a.sparse_tensor, f"{where} attribute {a.name!r}")
+    if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS, onnx.AttributeProto.SPARSE_TENSORS):
         raise ModelError(f"{where}: attribute {a.name!r} of type {a.type} is not supported")
     v = helper.get_attribute_value(a)
     if isinstance(v, bytes):
@@ -113,6 +140,8 @@ class _Ctx:
         self.node, self.name, self.version, self._out = node, name, version, out
         self.attrs = {a.name: _attr_value(a, f"node {name!r} ({node.op_type})") for a in node.attribute}
         self.inputs = list(node.input)
+        while self.inputs and not self.inputs[-1]:  # "" = an omitted optional input; trailing ones
+            self.inputs.pop()                       # are as if not listed (Conv bias, Gemm C, ...)
         self.outputs = list(node.output)
 
     def fail(self, msg):
@@ -160,6 +189,13 @@ def _binary(op):
     return conv
 
 
+def _concat(c):
+    a = c.take("axis")
+    if c.version < 4:  # Concat-1: 'axis' is optional and defaults to 1 (required from opset 4)
+        a.setdefault("axis", 1)
+    c.emit("concat", c.inputs, c.single_output(), **a)
+
+
 def _conv(c):
     c.emit("conv", c.inputs, c.single_output(), **c.take("strides", "pads", "dilations", "group", "auto_pad", "kernel_shape"))
 
@@ -201,7 +237,12 @@ def _dropout(c):
         c.fail("a training_mode input is not supported (inference only)")
     c.drop("ratio", "seed")
     c.emit("identity", c.inputs[:1], c.outputs[:1])
-    if len(c.outputs) > 1 and c.outputs[1]:  # in inference the mask keeps everything
+    if c.version < 10 and len(c.outputs) > 1 and c.outputs[1] in c._out.consumed:
+        # Dropout-1, -6, -7: the mask has the input's type (bool from opset 10), and its inference
+        # value is not defined (onnxruntime gives zeros, ONNX's reference evaluator ones)
+        c.fail(f"output {c.outputs[1]!r} (the mask) is used; before opset 10 its inference value is not defined "
+               f"(from opset 10 it is a bool mask of all true)")
+    if len(c.outputs) > 1 and c.outputs[1] and c.version >= 10:  # in inference the mask keeps everything
         c.emit("shape", c.inputs[:1], [f"{c.name}:shape"], suffix=":shape")
         c.emit("constant_of_shape", [f"{c.name}:shape"], c.outputs[1:2], suffix=":mask", value=True, dtype="bool")
 
@@ -267,6 +308,11 @@ def _reduce(op, since):
 
 def _cast(c):
     to = c.attrs.pop("to")
+    if isinstance(to, str):  # Cast-1 (opset 1-5) names the type: to="FLOAT"
+        onnx = _onnx()
+        if to not in onnx.TensorProto.DataType.keys():
+            c.fail(f"attribute 'to' {to!r} is not an ONNX data type name")
+        to = onnx.TensorProto.DataType.Value(to)
     c.drop("saturate", "round_mode")
     c.emit("cast", c.inputs, c.single_output(), to=elem_dtype(to, f"node {c.name!r} (Cast) attribute 'to'"))
 
@@ -299,19 +345,20 @@ def _lrn(c):
 CONVERTERS = {
     "Conv": _conv, "BatchNormalization": _batchnorm, "Relu": _simple("relu"), "Add": _binary("add"),
     "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _binary("div"), "Sum": _simple("sum"),
-    "Concat": _simple("concat", ("axis",)), "Reshape": _attr_or_input("reshape", "shape", 5, ("allowzero",)),
+    "Concat": _concat, "Reshape": _attr_or_input("reshape", "shape", 5, ("allowzero",)),
     "Flatten": _simple("flatten", ("axis",)), "Transpose": _simple("transpose", ("perm",)),
     "MaxPool": _pool("maxpool"), "AveragePool": _pool("avgpool"), "GlobalAveragePool": _simple("global_avgpool"),
     "Gemm": _gemm, "MatMul": _simple("matmul"), "Softmax": _softmax, "LRN": _lrn, "Dropout": _dropout,
     "Clip": _clip, "Sigmoid": _simple("sigmoid"), "Tanh": _simple("tanh"), "Erf": _simple("erf"),
-    "Pow": _simple("pow"), "Sqrt": _simple("sqrt"), "Reciprocal": _simple("reciprocal"), "Neg": _simple("neg"),
-    "Exp": _simple("exp"), "Log": _simple("log"), "Where": _simple("where"), "Equal": _simple("equal"),
+    "Pow": _binary("pow"), "Sqrt": _simple("sqrt"), "Reciprocal": _simple("reciprocal"), "Neg": _simple("neg"),
+    "Exp": _simple("exp"), "Log": _simple("log"), "Where": _simple("where"), "Equal": _binary("equal"),
     "Cast": _cast, "Gather": _simple("gather", ("axis",)), "Slice": _slice, "Split": _split,
     "Squeeze": _attr_or_input("squeeze", "axes", 13), "Unsqueeze": _attr_or_input("unsqueeze", "axes", 13),
     "Expand": _simple("expand"), "ReduceMean": _reduce("reduce_mean", 18), "ReduceSum": _reduce("reduce_sum", 13),
     "LayerNormalization": _layernorm, "Pad": _pad, "HardSigmoid": _simple("hard_sigmoid", ("alpha", "beta")),
     "HardSwish": _simple("hard_swish"), "Einsum": _simple("einsum", ("equation",)), "Identity": _simple("identity"),
     "Shape": _simple("shape", ("start", "end")), "ConstantOfShape": _constant_of_shape,
+    "Abs": _simple("abs"), "Gelu": _simple("gelu", ("approximate",)),
 }
 SUPPORTED_OPS = tuple(sorted(CONVERTERS) + ["Constant"])
 
@@ -328,7 +375,7 @@ def _constant_node(node, name):
         raise ModelError(f"{where}: expected exactly one value attribute, got {sorted(attrs)}")
     key, a = next(iter(attrs.items()))
     v = _attr_value(a, where)
-    if key == "value":
+    if key in ("value", "sparse_value"):
         return v
     if key == "value_float":
         return "float32", np.array(v, np.float32)
@@ -453,7 +500,7 @@ def convert(model, input_shapes=None, name=None):
     for o in model.opset_import:
         if o.domain not in ("", "ai.onnx") and any(n.domain == o.domain for n in g.node):
             raise ModelError(f"model uses operator domain {o.domain!r}, which is not supported")
-    inits = {t.name: t for t in g.initializer}
+    inits = {t.name: t for t in g.initializer} | {sp.values.name: sp for sp in g.sparse_initializer}
     unknown = sorted(set(fixed) - {i.name for i in g.input})
     if unknown:
         raise ModelError(f"--input-shape names {unknown[0]!r}, which is not an input of the model")
@@ -486,32 +533,35 @@ def convert(model, input_shapes=None, name=None):
     for t in g.initializer:
         dt, arr = _array(t, f"initializer {t.name!r}")
         out.constants.append(Constant(t.name, dt, tuple(arr.shape), arr))
+    for sp in g.sparse_initializer:  # densified: plans hold dense constants
+        dt, arr = _sparse_array(sp, f"sparse initializer {sp.values.name!r}")
+        out.constants.append(Constant(sp.values.name, dt, tuple(arr.shape), arr))
     used_names = set()
     for i, node in enumerate(g.node):
-        name = node.name or f"{node.op_type}_{i}"
-        while name in used_names:
-            name = f"{name}_{i}"
-        used_names.add(name)
+        nname = node.name or f"{node.op_type}_{i}"
+        while nname in used_names:
+            nname = f"{nname}_{i}"
+        used_names.add(nname)
         if node.domain not in ("", "ai.onnx"):
-            raise ModelError(f"node {name!r}: operator {node.domain}.{node.op_type} is not supported")
+            raise ModelError(f"node {nname!r}: operator {node.domain}.{node.op_type} is not supported")
         if node.op_type == "Constant":
-            dt, arr = _constant_node(node, name)
+            dt, arr = _constant_node(node, nname)
             out.constants.append(Constant(node.output[0], dt, tuple(arr.shape), np.asarray(arr, order="C")))
             continue
         conv = CONVERTERS.get(node.op_type)
         if conv is None:
-            raise ModelError(f"node {name!r}: ONNX operator {node.op_type!r} is not supported "
+            raise ModelError(f"node {nname!r}: ONNX operator {node.op_type!r} is not supported "
                              f"(supported: {', '.join(SUPPORTED_OPS)})")
         try:
             version = onnx.defs.get_schema(node.op_type, opset, node.domain or "").since_version
         except Exception:
             version = opset
-        c = _Ctx(node, name, version, out)
+        c = _Ctx(node, nname, version, out)
         conv(c)
         c.drop("consumed_inputs")
         if c.attrs:
             c.fail(f"attribute {sorted(c.attrs)[0]!r} is not supported")
-    outputs = tuple(o.name for o in g.output)
+    outputs = tuple(dict.fromkeys(o.name for o in g.output))  # an output listed twice is one output
     graph = Graph(name or g.name or "model", tuple(inputs), outputs, tuple(out.nodes), tuple(out.constants))
     _check_outputs(graph, g.output, dims_too=not fixed)
     return graph
@@ -519,9 +569,9 @@ def convert(model, input_shapes=None, name=None):
 
 def load(path, input_shapes=None):
     """Read an .onnx file -> (Graph, digest)."""
-    onnx = _onnx()
-    if not os.path.isfile(path):
+    if not os.path.isfile(path):  # before asking for the onnx package: a typo'd path says so
         raise ModelError(f"cannot read model {path!r}: no such file")
+    onnx = _onnx()
     try:
         model = onnx.load(path)
     except Exception as e:  # protobuf raises its own DecodeError, and more

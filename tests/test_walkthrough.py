@@ -1,0 +1,186 @@
+"""A new user's walk through the README and the CLI: what the docs promise the CLI does.
+
+No XLA compile here: where a command would compile or load kernels, the step that must
+come first is checked and the expensive one is replaced by a stub that fails loudly."""
+
+import os
+import re
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from aotplan import cli
+from aotplan.cli import main
+from conftest import EXAMPLES, ROOT
+
+MLP = os.path.join(EXAMPLES, "mlp", "model.json")
+GOLDEN_MLP = os.path.join(ROOT, "plans", "golden", "v5", "mlp.plan")
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("the expensive step ran before the output location was checked")
+
+
+@pytest.fixture
+def no_compile(monkeypatch):
+    from compiler import pipeline
+
+    monkeypatch.setattr(pipeline, "compile_graph", _never)
+
+
+@pytest.fixture
+def no_load(monkeypatch):
+    import executor
+
+    monkeypatch.setattr(executor, "load", _never)
+
+
+def _one_error_line(r, *needles):
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and "internal error" not in r.output, r.output
+    lines = [l for l in r.output.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1, r.output
+    for n in needles:
+        assert n in lines[0], r.output
+
+
+# ------------------------------------------------- outputs: refused before the work
+
+def test_compile_refuses_a_missing_output_folder_before_compiling(no_compile, tmp_path):
+    out = tmp_path / "no_such_dir" / "m.plan"
+    r = CliRunner().invoke(main, ["compile", MLP, "-o", str(out)])
+    _one_error_line(r, "cannot write plan", "does not exist")
+    (tmp_path / "afile").write_text("x")
+    r = CliRunner().invoke(main, ["compile", MLP, "-o", str(tmp_path / "afile" / "m.plan")])
+    _one_error_line(r, "cannot write plan", "is not a folder")
+    assert not out.parent.exists()
+
+
+def test_compile_refuses_an_unwritable_folder_before_compiling(no_compile, tmp_path, monkeypatch):
+    # root may write anywhere: stand in for a folder this user cannot write
+    real_access = os.access
+    locked = os.path.realpath(tmp_path)
+    monkeypatch.setattr(os, "access", lambda p, m, **k: False if os.path.realpath(p) == locked
+                        else real_access(p, m, **k))
+    r = CliRunner().invoke(main, ["compile", MLP, "-o", str(tmp_path / "m.plan")])
+    _one_error_line(r, "cannot write plan", "no permission to write in")
+    monkeypatch.chdir(tmp_path)  # no -o: the plan goes to the current folder
+    r = CliRunner().invoke(main, ["compile", MLP])
+    _one_error_line(r, "cannot write the plan in the current folder")
+    assert os.listdir(tmp_path) == []
+
+
+def test_replay_refuses_unwritable_output_and_dump_before_loading(no_load, tmp_path):
+    r = CliRunner().invoke(main, ["replay", GOLDEN_MLP, "--random-inputs", "--output",
+                                  str(tmp_path / "nodir" / "o.npz")])
+    _one_error_line(r, "cannot write outputs to", "does not exist")
+    (tmp_path / "afile").write_text("x")
+    r = CliRunner().invoke(main, ["replay", GOLDEN_MLP, "--random-inputs", "--dump",
+                                  str(tmp_path / "afile" / "sub")])
+    _one_error_line(r, "cannot write dumps to", "is not a folder")
+
+
+def test_output_to_a_device_is_not_refused(tmp_path):
+    cli._refuse_unwritable(os.devnull, "outputs")  # written directly, whatever its folder
+    cli._refuse_unwritable(str(tmp_path / "new" / "deeper"), "dumps", folder=True)  # --dump creates folders
+
+
+def test_import_onnx_refuses_a_missing_output_folder_before_reading(monkeypatch, tmp_path):
+    from compiler.frontends import onnx_import
+
+    monkeypatch.setattr(onnx_import, "load", _never)
+    (tmp_path / "m.onnx").write_bytes(b"")
+    r = CliRunner().invoke(main, ["import", "onnx", str(tmp_path / "m.onnx"), "-o",
+                                  str(tmp_path / "nodir" / "m.json")])
+    _one_error_line(r, "does not exist")
+
+
+# ------------------------------------------------- messages
+
+def test_internal_error_names_the_command_as_typed(monkeypatch, tmp_path):
+    from compiler.frontends import onnx_import
+
+    def boom(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(onnx_import, "load", boom)
+    r = CliRunner().invoke(main, ["import", "onnx", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 3 and "internal error: RuntimeError: boom" in r.output, r.output
+    assert "`aotplan --debug import onnx ...`" in r.output, r.output
+
+
+def test_object_npy_is_named_as_such(tmp_path):
+    np.save(tmp_path / "obj.npy", np.array([1, "a"], dtype=object), allow_pickle=True)
+    r = CliRunner().invoke(main, ["compile", MLP, "--freeze-input", f"x={tmp_path / 'obj.npy'}",
+                                  "-o", str(tmp_path / "m.plan")])
+    _one_error_line(r, "--freeze-input x", "array of Python objects")
+
+
+def test_verify_counts_in_words(monkeypatch):
+    from executor import isolate
+
+    monkeypatch.setattr(isolate, "probe", lambda *a, **k: types.SimpleNamespace(line=lambda: "child: stub"))
+    r = CliRunner().invoke(main, ["verify", GOLDEN_MLP])
+    assert r.exit_code == 0, r.output
+    assert "1 launch, 1 kernel;" in r.output, r.output
+
+
+def test_ctrl_c_while_the_cli_imports_is_one_line(tmp_path):
+    code = ("import builtins, sys\n"
+            "real = builtins.__import__\n"
+            "def imp(name, *a, **k):\n"
+            "    if name == 'numpy':\n"
+            "        raise KeyboardInterrupt\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = imp\n"
+            "sys.argv = ['aotplan', '--help']\n"
+            "from aotplan.cli import run\n"
+            "run()\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 130, (p.returncode, p.stderr)
+    assert p.stderr.strip() == "interrupted", p.stderr
+
+
+# ------------------------------------------------- the README against --help
+
+def _readme():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        return f.read()
+
+
+def test_readme_command_options_exist_in_help():
+    """Every --option the README's command table shows is one the command takes."""
+    rows = [l for l in _readme().splitlines() if l.startswith("| `aotplan ")]
+    assert len(rows) >= 7
+    for row in rows:
+        usage = row.split("`")[1]
+        words = usage.split()
+        cmd = words[1:3] if words[1] == "import" else words[1:2]
+        r = CliRunner().invoke(main, cmd + ["--help"])
+        assert r.exit_code == 0, r.output
+        helps = {tuple(cmd): r.output}
+        for other in re.findall(r"`aotplan (\w+) [^`]*`|`(\w+) --", row.split("|")[2]):
+            name = [w for w in other if w][0]  # "`replay --isolate` does the same": another command's option
+            helps[(name,)] = CliRunner().invoke(main, [name, "--help"]).output
+        for opt in set(re.findall(r"--[a-z][a-z-]*", row)):
+            assert any(re.search(re.escape(opt) + r"\b", h) for h in helps.values()), (cmd, opt)
+
+
+def test_readme_names_every_clean_up_pass():
+    text = _readme()
+    m = re.search(r"--disable-pass\s+([a-z_|]+)", text)
+    assert m, "the README shows --disable-pass NAME|..."
+    assert tuple(m.group(1).split("|")) == cli._PASS_NAMES
+
+
+def test_readme_python_minimum_is_what_jax_needs():
+    from importlib.metadata import metadata
+
+    need = re.search(r">=\s*(\d+)\.(\d+)", metadata("jax")["Requires-Python"])
+    said = re.search(r"Python (\d+)\.(\d+)\+", _readme())
+    assert need and said
+    assert tuple(map(int, said.groups())) >= tuple(map(int, need.groups())), (said.group(0), need.group(0))
