@@ -35,6 +35,11 @@ class LimitError(AotplanError):
     """Something is bigger than what this format or executor can address."""
 
 
+class ForkError(AotplanError):
+    """A session used, or a plan loaded, in a process forked after JAX's runtime had
+    started in its parent (JAX does not survive fork: the call would hang)."""
+
+
 class InternalError(Exception):
     """A broken invariant inside aotplan (a bug)."""
 

@@ -24,13 +24,46 @@ import jax.numpy as jnp
 import numpy as np
 
 from aotplan import codec, dtypes, formats, native, verify
-from aotplan.errors import FeedError, PlanError
+from aotplan.errors import FeedError, ForkError, PlanError
 from aotplan.plan import Plan
 from executor.kernels import check_signature, compile_kernel, device_avals, kernel_function, load_kernel
 
 log = logging.getLogger("aotplan")
 
 
+
+
+# ------------------------------------------------------------ fork
+# JAX's runtime does not survive fork(): its threads are not copied, so a forked child
+# that touches a device (a step, a load) hangs for good. A pre-fork server that loads a
+# plan in its master and forks workers would hang silently in every worker; instead
+# each such call is one clear error. `_jax_pid`: the process that started JAX's
+# backends, as seen by the parent just before each fork (the child inherits it).
+_jax_pid = None
+
+
+def _before_fork():
+    global _jax_pid
+    if _jax_pid is None:
+        from jax._src import xla_bridge
+
+        if xla_bridge.backends_are_initialized():
+            _jax_pid = os.getpid()
+
+
+os.register_at_fork(before=_before_fork)
+
+
+def _fork_message(what, parent):
+    return (f"{what}: JAX's runtime was started in process {parent}, and this process "
+            f"({os.getpid()}) is a fork of it; JAX does not survive fork (this would hang). Load plans in "
+            f"each worker after it starts: fork before the parent uses JAX, or start workers with "
+            f"multiprocessing's 'spawn' (or 'forkserver') method")
+
+
+def _check_not_forked(what):
+    if _jax_pid is not None and _jax_pid != os.getpid():
+        raise ForkError(_fork_message(what, _jax_pid))
 
 
 def _check_path(path):
@@ -113,6 +146,7 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     See `Session` for `warmup` and `progress`. The arguments are checked before the
     file is read; a wrong one is a PlanError naming it.
     """
+    _check_not_forked("executor.load")
     path = _check_path(path)
     for flag, value in (("warmup", warmup), ("require_signature", require_signature),
                         ("trust_executables", trust_executables)):
@@ -207,6 +241,8 @@ class Session:
 
     def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None):
         t0 = time.perf_counter()
+        _check_not_forked("Session")
+        self._pid = os.getpid()
         self.device = resolve_device(device)
         self._host_memory = _host_is_device(self.device)
         self._devices = {self.device}  # what a device-array feed's devices() must be
@@ -453,6 +489,8 @@ class Session:
         device arrays of the storage dtype, left on the device. Non-contiguous numpy
         arrays are accepted (copied while staging); NaN and Inf are values like any
         other. Safe to call from several threads: steps are serialized."""
+        if os.getpid() != self._pid:  # before the lock: a fork may have copied it held
+            raise ForkError(_fork_message("Session.run", self._pid))
         args = self.check_feeds(feeds)
         if device_outputs and self._host_memory:
             # On CPU, XLA may read a numpy feed in place, after this call returns (async
@@ -498,6 +536,8 @@ class Session:
     def run_launches(self, feeds, after):
         """Launch-by-launch replay for tools (profile, dump, check): like `run`, with
         `after` as in `_step`; -> outputs as `run` returns them."""
+        if os.getpid() != self._pid:
+            raise ForkError(_fork_message("Session.run_launches", self._pid))
         args = self.check_feeds(feeds)
         with self._lock:
             outs = self._step(args, after)

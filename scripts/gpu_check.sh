@@ -40,7 +40,7 @@ LOG="$OUT_DIR/gpu_check.log"
 SUMMARY="$OUT_DIR/summary.log"
 : > "$LOG"
 : > "$SUMMARY"
-PY="${PYTHON:-python}"
+PY="${PYTHON:-$(command -v python3 || command -v python)}"  # the GPU image: python3 holds jax
 PLANS="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_plans.XXXXXX")"
 trap 'rm -rf "$PLANS"' EXIT
 FAILED=()

@@ -196,3 +196,58 @@ def test_device_outputs_do_not_read_the_callers_buffer_later():
         x[...] = 7.0
         np.testing.assert_array_equal(np.asarray(got["y"]), want)
         x[...] = 0.01
+
+
+_FORK_CHILD = r"""
+import os, sys, warnings
+import numpy as np
+import executor
+from aotplan.errors import ForkError
+
+warnings.simplefilter("ignore")  # jax's own warning about fork
+
+def in_child(fn):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fn()
+            print("ok", flush=True)
+        except ForkError as e:
+            print("ForkError", e, flush=True)
+        except BaseException as e:
+            print("other", type(e).__name__, e, flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+plan = sys.argv[1]
+in_child(lambda: executor.load(plan, warmup=False))  # the parent has not started JAX yet: fine
+s = executor.load(plan)
+feeds = {t.name: np.zeros(t.shape, np.float32) for t in s._inputs}
+s.run(feeds)
+in_child(lambda: s.run(feeds))
+in_child(lambda: executor.load(plan))
+s.run(feeds)
+print("parent ok", flush=True)
+"""
+
+
+def test_a_fork_after_jax_started_is_an_error_not_a_hang(examples, tmp_path):
+    """A pre-fork server that loads in its master and forks workers: each worker's step
+    (or load) would hang inside JAX; it is one ForkError instead. A child forked before
+    the parent used JAX loads normally."""
+    import subprocess
+    import sys
+
+    from aotplan import codec
+    from conftest import ROOT
+
+    path = tmp_path / "mlp.plan"
+    path.write_bytes(codec.encode(examples["mlp"][1]))
+    r = subprocess.run([sys.executable, "-c", _FORK_CHILD, str(path)], capture_output=True, text=True,
+                       timeout=240, cwd=ROOT)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert lines[0] == "ok", lines
+    assert lines[1].startswith("ForkError Session.run: JAX's runtime was started in process"), lines
+    assert lines[2].startswith("ForkError executor.load: JAX's runtime was started in process"), lines
+    assert lines[3] == "parent ok", lines
