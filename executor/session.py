@@ -188,7 +188,12 @@ def set_cpu_dispatch(mode, warn=True):
     (`jax_cpu_enable_async_dispatch`), read once when the CPU backend starts: call this
     before anything in the process uses JAX devices. -> True if the backend runs (or
     will run) in `mode`; False, with a warning (if `warn`), if it had already started
-    otherwise. `aotplan replay` sets "sync" (its `--cpu-dispatch` option)."""
+    otherwise. `aotplan replay` sets "sync" (its `--cpu-dispatch` option).
+
+    Not "sync" where signal handlers run during steps (SIGALRM timeouts, a sampling
+    profiler): with "sync" the step runs in the thread the signal interrupts, and a
+    signal landing inside XLA's CPU kernels was seen to corrupt the heap (plain jax.jit
+    too, 2 runs of 3; README, "CPU dispatch")."""
     if mode not in CPU_DISPATCH:
         raise ValueError(f"cpu dispatch {mode!r}: choose from {', '.join(CPU_DISPATCH)}")
     from jax._src import xla_bridge
@@ -337,11 +342,12 @@ class Session:
             self._launches.append((self._kernels[l.kernel], extra, k.feeds, k.returns))
         self._in_kernel = self._kernels[plan.input_kernel] if plan.input_kernel >= 0 else None
         self._out_kernel = self._kernels[plan.output_kernel] if plan.output_kernel >= 0 else None
-        self._arena = self._zero_arena(words)
-        if plan.place_kernel >= 0:
-            consts = [put(host_const(i)) for i in arena_consts]
-            self._arena = self._kernels[plan.place_kernel](self._arena, *consts)
-            del consts
+        self._words = words
+        self._place = self._kernels[plan.place_kernel] if plan.place_kernel >= 0 else None
+        # the arena constants' host bytes (views of the plan's), to place them again if a
+        # step loses the arena (`_fresh_arena`); dropped below with the plan's constants
+        self._arena_consts = [host_const(i) for i in arena_consts]
+        self._arena = self._fresh_arena()
         if not _host_is_device(self.device):
             # The device holds the weights now: keep no host copy of them (the plan's
             # constants view the file's bytes, which would otherwise stay for the
@@ -349,12 +355,29 @@ class Session:
             jax.block_until_ready((self._arena, list(self._pool.values())))
             del data
             self.plan = plan = dataclasses.replace(plan, constants=())
+            if self._arena_consts:
+                self._arena_consts = None
         if warmup:
             progress("running a warm-up step")
             zeros = {t.name: np.zeros(t.shape, dtypes.np_dtype(t.dtype)) for t in self._inputs}
             jax.block_until_ready(self.run(zeros))
         self._arena.block_until_ready()
         self.load_seconds = time.perf_counter() - t0
+
+    def _fresh_arena(self):
+        """A new arena as load leaves it: zeros, the arena constants placed. Every
+        kernel donates the arena, so an exception raised while one runs (Ctrl-C, a
+        signal handler's, another thread's async exception: Python raises it as the
+        call returns, dropping its result) loses the arena; the next step starts
+        from a fresh one (a step reads nothing a previous step left, but constants)."""
+        arena = self._zero_arena(self._words)
+        if self._place is not None:
+            if self._arena_consts is None:
+                raise PlanError("this session lost its arena (a step was interrupted while a kernel held it) and "
+                                "the arena constants are no longer on the host (they were dropped once on the "
+                                "device): load the plan again")
+            arena = self._place(arena, *(jax.device_put(c, self.device) for c in self._arena_consts))
+        return arena
 
     def _zero_arena(self, words):
         """The arena, zeroed. From host zeros (no XLA program to compile: `jnp.zeros`
@@ -509,6 +532,8 @@ class Session:
         None) and after each launch; `arena` is the current arena: read it, do not
         keep it."""
         arena = self._arena
+        if arena.is_deleted():  # a step was interrupted while a kernel held it
+            arena = self._arena = self._fresh_arena()
         try:  # every launch donates the arena: keep the live one, whatever stops the step
             if self._in_kernel is not None:
                 arena = self._in_kernel(arena, *args)

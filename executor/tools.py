@@ -211,7 +211,8 @@ def profile(session, feeds, steps=20):
             (io[0] if s < 0 else per[s]).append(now - clock[0])
             clock[0] = now
 
-        outs = session._step(args, after)
+        with session._lock:  # as `run` does: other threads may be stepping this session
+            outs = session._step(args, after)
         jax.block_until_ready(outs)
         if session._out_kernel is not None:
             io[1].append(time.perf_counter() - clock[0])
