@@ -138,6 +138,19 @@ def test_gather_errors(idx, attrs, match):
     raises(one_node_graph("gather", [("x", f32(2, 3))], [("i", idx)], **attrs), match=match)
 
 
+@pytest.mark.parametrize("idx,attrs,match", [
+    (np.array([0, 3], np.int64), {"axis": 1},
+     r"\(gather\): constant indices 'i' hold 3 at \[1\], out of range for axis 1 of length 3 \(valid: -3\.\.2\)"),
+    (np.array([[1], [-3]], np.int32), {}, r"constant indices 'i' hold -3 at \[1, 0\], out of range for axis 0 of length 2"),
+])
+def test_gather_constant_indices_out_of_range(idx, attrs, match):
+    """ONNX makes them an error; run-time indices are clipped (a compiled program cannot
+    raise), constant ones are refused at compile time, data constant or not."""
+    raises(one_node_graph("gather", [("x", f32(2, 3))], [("i", idx)], **attrs), ModelError, match=match)
+    g = one_node_graph("gather", [], [("x", f32(2, 3)), ("i", idx)], **attrs)  # would fold
+    raises(g, ModelError, match=match)
+
+
 # ---------------------------------------------------------------- slice
 
 @pytest.mark.parametrize("starts,ends,axes,steps", [

@@ -7,8 +7,8 @@ attributes (see `compiler.passes.fold`); the shape rules and the lowerings share
 helper per op, so they cannot disagree.
 
 Deliberate choices where ONNX leaves a runtime error that a compiled program cannot
-raise: gather clips out-of-range indices (after adding the axis length to negative
-ones). Squeeze with an explicitly empty `axes` is treated like absent `axes` (every
+raise: gather clips out-of-range indices that arrive at run time (after adding the
+axis length to negative ones); constant ones are refused at compile time (`fold`). Squeeze with an explicitly empty `axes` is treated like absent `axes` (every
 size-1 dimension is removed). Slice clamps per the ONNX text (a negative-step start is
 clamped into [0, dim-1]), which differs from Python slicing for starts below -dim.
 """

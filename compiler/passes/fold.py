@@ -51,6 +51,8 @@ def run(graph, fold_constants=True):
         outs = infer_pass.infer_node(node, op, [info[i] for i in node.inputs])
         for name, (dt, shape) in zip(node.outputs, outs):
             info[name] = TensorInfo(name, dt, shape)
+        if node.op == "gather" and node.inputs[1] in consts:
+            _check_gather_indices(node, info[node.inputs[0]], consts[node.inputs[1]])
         if _should_fold(node, op, outs, consts, needed, fold_constants):
             _check_fold_size(node, op, outs, consts, needed)
             values = _evaluate(node, op, [consts.get(i) for i in node.inputs], [info[i] for i in node.inputs], outs)
@@ -61,6 +63,23 @@ def run(graph, fold_constants=True):
             kept.append(node)
     g = dataclasses.replace(graph, nodes=tuple(kept), constants=tuple(consts.values()))
     return g, FoldStats(bound, folded)
+
+
+def _check_gather_indices(node, data, indices):
+    """A gather's constant indices must lie in [-n, n - 1] for the gathered axis of
+    length n: ONNX makes out-of-range indices an error, which a compiled program
+    cannot raise at run time (it clips, docs/onnx.md), but a constant can be refused now."""
+    idx = np.asarray(indices.data).astype(np.int64)
+    if not idx.size:
+        return
+    axis = node.attr("axis", 0) % len(data.shape)
+    n = data.shape[axis]
+    bad = (idx < -n) | (idx >= n)
+    if bad.any():
+        k = np.unravel_index(int(np.argmax(bad)), idx.shape)
+        raise ModelError(f"node {node.name!r} (gather): constant indices {indices.name!r} hold {int(idx[k])} at "
+                         f"{list(int(i) for i in k)}, out of range for axis {axis} of length {n} "
+                         f"(valid: {-n}..{n - 1})")
 
 
 def static_graph_inputs(graph):
