@@ -31,8 +31,6 @@ from executor.kernels import check_signature, compile_kernel, device_avals, kern
 log = logging.getLogger("aotplan")
 
 
-
-
 # ------------------------------------------------------------ fork
 # JAX's runtime does not survive fork(): its threads are not copied, so a forked child
 # that touches a device (a step, a load) hangs for good. A pre-fork server that loads a
@@ -355,8 +353,7 @@ class Session:
             jax.block_until_ready((self._arena, list(self._pool.values())))
             del data
             self.plan = plan = dataclasses.replace(plan, constants=())
-            if self._arena_consts:
-                self._arena_consts = None
+            self._arena_consts = None
         if warmup:
             progress("running a warm-up step")
             zeros = {t.name: np.zeros(t.shape, dtypes.np_dtype(t.dtype)) for t in self._inputs}
@@ -512,8 +509,7 @@ class Session:
         device arrays of the storage dtype, left on the device. Non-contiguous numpy
         arrays are accepted (copied while staging); NaN and Inf are values like any
         other. Safe to call from several threads: steps are serialized."""
-        if os.getpid() != self._pid:  # before the lock: a fork may have copied it held
-            raise ForkError(_fork_message("Session.run", self._pid))
+        self._check_process("Session.run")
         args = self.check_feeds(feeds)
         if device_outputs and self._host_memory:
             # On CPU, XLA may read a numpy feed in place, after this call returns (async
@@ -525,6 +521,12 @@ class Session:
         if device_outputs:
             return dict(zip(self._output_names, outs))
         return self._host_outputs(outs)
+
+    def _check_process(self, what):
+        """ForkError where this process is a fork of the one that loaded the session.
+        Called before the session's lock: a fork may have copied it held."""
+        if os.getpid() != self._pid:
+            raise ForkError(_fork_message(what, self._pid))
 
     def _step(self, args, after=None):
         """One step on checked feeds -> the outputs (device arrays). `after(index,
@@ -561,8 +563,7 @@ class Session:
     def run_launches(self, feeds, after):
         """Launch-by-launch replay for tools (profile, dump, check): like `run`, with
         `after` as in `_step`; -> outputs as `run` returns them."""
-        if os.getpid() != self._pid:
-            raise ForkError(_fork_message("Session.run_launches", self._pid))
+        self._check_process("Session.run_launches")
         args = self.check_feeds(feeds)
         with self._lock:
             outs = self._step(args, after)
