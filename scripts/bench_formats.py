@@ -39,7 +39,7 @@ def model_path(name):
         return ex
     bench = os.path.join(ROOT, "plans", "bench", name, "model.json")
     if not os.path.exists(bench):
-        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gen_models.py"), "--models", name], check=True)
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gen_models.py"), name], check=True)
     return bench
 
 

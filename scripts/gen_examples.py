@@ -4,6 +4,7 @@
     python scripts/gen_examples.py
 """
 
+import argparse
 import os
 
 import numpy as np
@@ -102,7 +103,9 @@ def transformer():
 EXAMPLES = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description="Write the example models (model.json + weights.npz) under plans/examples/ "
+                                        "with fixed seeds: reruns give the same files.").parse_args(argv)
     for name, fn in EXAMPLES.items():
         d = os.path.join(ROOT, name)
         os.makedirs(d, exist_ok=True)

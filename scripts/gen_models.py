@@ -15,6 +15,7 @@ Families (structures of the published networks, random weights, batch 1):
   cnn          the example CNN (plans/examples/cnn)
 """
 
+import argparse
 import os
 import shutil
 import sys
@@ -187,11 +188,16 @@ def write(name):
     return os.path.join(d, "model.json")
 
 
-def main(argv):
-    names = argv or list(FAMILIES) + ["cnn"]
+def main(argv=None):
+    choices = list(FAMILIES) + ["cnn"]
+    ap = argparse.ArgumentParser(description="Write the memory-planning benchmark families into plans/bench/ "
+                                             "(fixed seeds: reruns give byte-identical files).")
+    ap.add_argument("families", nargs="*", metavar="FAMILY", help=f"some of: {', '.join(choices)} (default: all)")
+    names = ap.parse_args(argv).families or choices
     for n in names:
-        if n not in FAMILIES and n != "cnn":
-            sys.exit(f"unknown family {n!r} (choose from {', '.join(list(FAMILIES) + ['cnn'])})")
+        if n not in choices:
+            ap.error(f"unknown family {n!r} (choose from {', '.join(choices)})")
+    for n in names:
         print(write(n))
 
 

@@ -8,6 +8,7 @@ format leaves the supported window).
     python scripts/make_golden.py            # only after a deliberate format change
 """
 
+import argparse
 import os
 
 import numpy as np
@@ -19,7 +20,10 @@ from compiler import pipeline, reference
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plans")
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description="Freeze golden plans under plans/golden/v<format>/ (one per launch mode, with "
+                                        "seeded inputs and reference outputs). Only after a deliberate format change: "
+                                        "tests load every golden plan of every version.").parse_args(argv)
     out = os.path.join(ROOT, "golden", f"v{codec.FORMAT_VERSION}")
     os.makedirs(out, exist_ok=True)
     for name, launch, policy in (("mlp", "sink", "default"), ("cnn", "fused", "default"),
