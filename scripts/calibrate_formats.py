@@ -6,12 +6,14 @@
     python scripts/calibrate_formats.py --dry-run    # prints the fit, writes nothing
 
 Single-op models (convolutions, pools, normalizations, elementwise ops, concats and
-matmuls at shapes from ResNet-50, BERT and odd channel counts) are compiled in kernel
+matmuls at shapes from ResNet-50, a UNet, BERT and odd channel counts) are compiled in kernel
 mode under each policy and profiled launch by launch (`executor.tools.profile`, every
 launch synchronised). Each launch gives a point (features, seconds) for its row, op
 class and format family (compiler/passes/format_cost.py), conversions included; per row
 `a + b * flops + c * bytes` (a, b, c >= 0) is fitted. Run it on the target, with the machine
-otherwise idle, and commit the table: compiles that use it stay deterministic.
+otherwise idle, and commit the table: compiles that use it stay deterministic. The
+table records the XLA options the kernels were compiled with (aotplan/xla_options.py):
+a change to those options changes the kernels, so it needs a new table (a test says so).
 """
 
 import argparse
@@ -31,7 +33,8 @@ def samples():
     for c, m, h, k, s in ((64, 64, 56, 3, 1), (256, 64, 56, 1, 1), (64, 256, 56, 1, 1), (128, 128, 28, 3, 1),
                           (512, 512, 7, 3, 1), (17, 30, 32, 3, 1), (3, 64, 112, 7, 2), (256, 256, 14, 3, 1),
                           (1024, 256, 14, 1, 1), (256, 1024, 14, 1, 1), (2048, 512, 7, 1, 1), (512, 2048, 7, 1, 1),
-                          (128, 512, 28, 1, 1), (128, 32, 28, 3, 1)):
+                          (128, 512, 28, 1, 1), (128, 32, 28, 3, 1),
+                          (32, 32, 256, 3, 1), (64, 32, 256, 3, 1), (64, 64, 128, 3, 1), (128, 64, 128, 3, 1)):
         p = k // 2
         out.append((f"conv{c}x{m}x{h}k{k}", [("x", (1, c, h, h))], ("conv2d", dict(pads=[p] * 4, strides=[s, s])),
                     [("w", (m, c, k, k)), ("b", (m,))]))
@@ -118,8 +121,10 @@ def main():
         pred = [sum(c * f for c, f in zip(rows[k], x)) for x, _ in v]
         err = max(abs(p_ - t) / t for p_, (_, t) in zip(pred, v))
         print(f"{k:28s} {len(v):3d} points, worst relative error of the fit {err:.2f}")
+    from aotplan import xla_options
+
     table = {"platform": platform, "device_kind": dev.device_kind, "jax_version": jax.__version__,
-             "steps": a.steps, "rows": rows,
+             "xla_options": xla_options.for_platform(platform), "steps": a.steps, "rows": rows,
              "note": "seconds = a + b * flops + c * device bytes read and written; "
                      "written by scripts/calibrate_formats.py"}
     print(json.dumps(rows, indent=1))

@@ -394,6 +394,18 @@ def test_shipped_calibration_table_is_well_formed():
         assert f"conv:{fam}" in table["rows"]
 
 
+def test_shipped_calibration_table_measured_the_kernels_we_compile():
+    """The table's times hold for kernels compiled with aotplan's XLA options: changing
+    those options (aotplan/xla_options.py) changes the kernels and needs a new table
+    (scripts/calibrate_formats.py). A table measured before the options changed once made
+    auto choose default on the UNet structure, whose nhwc plans ran 0.83x as long."""
+    from aotplan import xla_options
+    from compiler.passes import format_cost
+
+    assert format_cost.load("cpu").get("xla_options") == xla_options.CPU, \
+        "compiler/calibration/cpu.json was measured with other XLA options: rerun scripts/calibrate_formats.py"
+
+
 def test_formatted_plans_are_deterministic():
     from aotplan import model_json
     from compiler import pipeline
