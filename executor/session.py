@@ -433,7 +433,13 @@ class Session:
         return self.plan.memory
 
     def arena_pointer(self):
-        return self._arena.unsafe_buffer_pointer()
+        """The arena's device address (an int): the same after every step when steps
+        run in place (`replay --check-alloc`). Taken under the session's lock, so a
+        step running in another thread, which donates the arena and gets it back,
+        is never caught halfway."""
+        self._check_process("Session.arena_pointer")
+        with self._lock:
+            return self._arena.unsafe_buffer_pointer()
 
     # ------------------------------------------------------------ a step
     def check_feeds(self, feeds):
