@@ -1,8 +1,10 @@
 """Direct evaluation of a graph with the op library's lowerings, no arena, no plan.
 
 The oracle that plans are compared against in tests (the op library itself is tested
-against independent numpy code), and the `jax.jit` peer that benchmarks measure
-against."""
+against independent numpy code): `evaluate` runs the graph as written, without the
+clean-up passes the compiler runs, so those passes are checked too. And the `jax.jit`
+peer that benchmarks measure against (`make_function`: the cleaned-up graph, the same
+graph-level work the plan gets)."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -38,9 +40,19 @@ def make_function_of_weights(graph, options=None):
     return fn, consts, {n: info[o] for n, o in zip(names, graph.outputs)}
 
 
+def oracle_options():
+    """The options of the test oracle: no clean-up pass (folding, batchnorm folding,
+    CSE, ...), so a plan, which runs them, is compared with the graph as written."""
+    from compiler import pipeline
+
+    return pipeline.Options(disabled=frozenset(pipeline.CLEANUP_PASSES))
+
+
 def evaluate(graph, feeds, options=None):
-    """{input: numpy array (logical dtype)} -> {output: numpy array (logical dtype)}."""
-    fn, out_info = make_function(graph, options)
+    """{input: numpy array (logical dtype)} -> {output: numpy array (logical dtype)}:
+    the graph as written (`oracle_options`: no clean-up pass) unless `options` say
+    otherwise."""
+    fn, out_info = make_function(graph, options or oracle_options())
     args = {t.name: jnp.asarray(dtypes.to_storage(feeds[t.name], t.dtype, t.name)) for t in graph.inputs}
     return {o: dtypes.from_storage(np.asarray(v), out_info[o].dtype) for o, v in fn(args).items()}
 
