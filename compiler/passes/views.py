@@ -49,9 +49,10 @@ class Part:
 
 def placements(order, graph, info, views):
     """-> {tensor: Part} for the inputs of concats whose inputs can all be placed: each
-    made by a launch (not a graph input, constant, view or output), read once by the
-    concat and by no other concat placement, with runs of whole 4-byte words. The
-    concat then runs no launch (kernel mode)."""
+    made by a launch (not a graph input, constant, view or output), named once among
+    the concat's inputs and placed in no other concat, with runs of whole 4-byte words
+    (other nodes may read it too: from its slice). The concat then runs no launch
+    (kernel mode)."""
     from aotplan import dtypes
 
     consts = {c.name for c in graph.constants}
