@@ -521,11 +521,8 @@ def _named(path, e):
 
 
 def read(path, trust_key=None, require_signature=False):
-    data = read_bytes(path)
-    try:
-        return decode(data, trust_key, require_signature)
-    except PlanError as e:
-        raise _named(path, e) from None
+    """-> Plan, read from `path` (decoding errors name the file)."""
+    return read_checked(path, trust_key, require_signature)[0]
 
 
 def read_checked(path, trust_key=None, require_signature=False):
