@@ -206,6 +206,14 @@ def plan_graph(graph, options=Options()):
 def compile_graph(graph, digest, options=Options(), progress=None, on_start=None):
     """Graph -> Result. `on_start(n_kernels)` and `progress(n)` drive a progress bar."""
     t0 = time.perf_counter()
+    unknown = sorted(set(options.targets) - set(TARGETS))
+    if unknown:
+        raise ModelError(f"unknown target {unknown[0]!r} (choose from {', '.join(TARGETS)})")
+    if options.embed_native and lower.host_platform() not in options.platforms():
+        raise ModelError(f"cannot embed executables: they are compiled for this host's device "
+                         f"({lower.host_platform()}), which is not among the targets "
+                         f"({', '.join(options.platforms())}); compile on a {'/'.join(options.platforms())} host "
+                         f"to embed them, or leave out --embed-executables")
     output_names, n_nodes = graph.outputs, len(graph.nodes)
     p = plan_graph(graph, options)
     graph, groups, labels, live, mem = p.graph, p.groups, p.labels, p.live, p.mem
@@ -216,9 +224,6 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
         import jax
 
         native_for = jax.devices()[0]
-    unknown = sorted(set(options.targets) - set(TARGETS))
-    if unknown:
-        raise ModelError(f"unknown target {unknown[0]!r} (choose from {', '.join(TARGETS)})")
     lowered = lower.run(groups, labels, live, mem, graph.outputs, options.launch, options.reuse, native_for, progress,
                         options.targets, p.info, p.layout.formats)
     debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches")

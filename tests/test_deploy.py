@@ -260,3 +260,10 @@ def test_targets_cpu_and_cuda(examples, tmp_path):
     if __import__("jax").devices()[0].platform == "cpu":
         with pytest.raises(PlanError, match="was exported for cuda; this host runs cpu"):
             executor.load(_write(tmp_path, cuda, "cuda.plan"))
+        # executables are compiled for this host's device: none can be embedded for cuda
+        # here, and asking for them is an error rather than a plan silently without them
+        from aotplan.errors import ModelError
+
+        with pytest.raises(ModelError, match=r"cannot embed executables.*\(cpu\).*not among the targets \(cuda\)"):
+            pipeline.compile_graph(graph, plan.provenance.model_digest,
+                                   pipeline.Options(targets=("cuda",), embed_native=True))
