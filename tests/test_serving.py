@@ -151,7 +151,11 @@ def test_weights_leave_host_memory_once_on_a_separate_device(examples, tmp_path,
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
     monkeypatch.undo()
-    assert executor.load(str(path)).plan.constants  # on CPU they are the pool's bytes: kept
+    kept = executor.load(str(path)).plan.constants
+    if __import__("jax").default_backend() == "cpu":
+        assert kept  # on CPU they are the pool's bytes: kept
+    else:
+        assert kept == ()  # a GPU's memory is not the host's: dropped (measured on an H200)
 
 
 
