@@ -37,6 +37,7 @@ class AllocReport:
     stated_bytes: int  # the plan's device memory per step + the inputs' and outputs' bytes
     ok: bool
     problems: tuple
+    device_peak_before: int = -1  # the same before the steps: loading may have set it (XLA's GPU autotuning)
 
     def lines(self):
         yield (f"allocation check over {self.steps} steps: arena pointer "
@@ -45,6 +46,12 @@ class AllocReport:
         if self.device_bytes_in_use:
             yield (f"  device bytes in use {self.device_bytes_in_use[0]}..{self.device_bytes_in_use[1]}, peak "
                    f"{self.device_peak_bytes} B; stated (plan memory + inputs + outputs) {self.stated_bytes} B")
+            if self.device_peak_before > self.stated_bytes:
+                yield (f"  the peak is the process's, {self.device_peak_before} B already before the steps (set "
+                       f"while loading: compiling kernels at load may use scratch memory, as XLA's GPU autotuning "
+                       f"does; trusted embedded executables compile nothing); the steps did not raise it"
+                       if self.device_peak_bytes <= self.device_peak_before else
+                       f"  the peak is the process's: {self.device_peak_before} B before the steps")
         else:
             yield "  this device reports no memory_stats(): device bytes not checked"
         for p in self.problems:
@@ -92,7 +99,8 @@ def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
         problems.append(f"the steps raised the device peak to {peak} B, {peak - int(stats0.get('bytes_in_use', 0))} B "
                         f"above the bytes in use before them, more than the stated {stated} B")
     return AllocReport(steps, len(ptrs), (min(live), max(live)), rss,
-                       (min(in_use), max(in_use)) if in_use else (), peak, stated, not problems, tuple(problems))
+                       (min(in_use), max(in_use)) if in_use else (), peak, stated, not problems, tuple(problems),
+                       peak0)
 
 
 def _mem_stats(device):
