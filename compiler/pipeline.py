@@ -209,11 +209,11 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     unknown = sorted(set(options.targets) - set(TARGETS))
     if unknown:
         raise ModelError(f"unknown target {unknown[0]!r} (choose from {', '.join(TARGETS)})")
-    if options.embed_native and lower.host_platform() not in options.platforms():
+    platforms = options.platforms()
+    if options.embed_native and lower.host_platform() not in platforms:
         raise ModelError(f"cannot embed executables: they are compiled for this host's device "
-                         f"({lower.host_platform()}), which is not among the targets "
-                         f"({', '.join(options.platforms())}); compile on a {'/'.join(options.platforms())} host "
-                         f"to embed them, or leave out --embed-executables")
+                         f"({lower.host_platform()}), which is not among the targets ({', '.join(platforms)}); "
+                         f"compile on a {'/'.join(platforms)} host to embed them, or leave out --embed-executables")
     output_names, n_nodes = graph.outputs, len(graph.nodes)
     p = plan_graph(graph, options)
     graph, groups, labels, live, mem = p.graph, p.groups, p.labels, p.live, p.mem

@@ -46,12 +46,11 @@ class AllocReport:
         if self.device_bytes_in_use:
             yield (f"  device bytes in use {self.device_bytes_in_use[0]}..{self.device_bytes_in_use[1]}, peak "
                    f"{self.device_peak_bytes} B; stated (plan memory + inputs + outputs) {self.stated_bytes} B")
-            if self.device_peak_before > self.stated_bytes:
-                yield (f"  the peak is the process's, {self.device_peak_before} B already before the steps (set "
+            if self.stated_bytes < self.device_peak_before == self.device_peak_bytes:
+                # the steps did not raise it (a raise is judged, and reported, in `problems`)
+                yield (f"  the peak is the process's, already {self.device_peak_before} B before the steps (set "
                        f"while loading: compiling kernels at load may use scratch memory, as XLA's GPU autotuning "
-                       f"does; trusted embedded executables compile nothing); the steps did not raise it"
-                       if self.device_peak_bytes <= self.device_peak_before else
-                       f"  the peak is the process's: {self.device_peak_before} B before the steps")
+                       f"does; trusted embedded executables compile nothing)")
         else:
             yield "  this device reports no memory_stats(): device bytes not checked"
         for p in self.problems:

@@ -88,7 +88,7 @@ def main():
     import jax
 
     import executor
-    from aotplan import codec, model_json
+    from aotplan import codec, model_json, xla_options
     from compiler import pipeline
     from compiler.passes import format_cost
     from executor import tools
@@ -121,8 +121,6 @@ def main():
         pred = [sum(c * f for c, f in zip(rows[k], x)) for x, _ in v]
         err = max(abs(p_ - t) / t for p_, (_, t) in zip(pred, v))
         print(f"{k:28s} {len(v):3d} points, worst relative error of the fit {err:.2f}")
-    from aotplan import xla_options
-
     table = {"platform": platform, "device_kind": dev.device_kind, "jax_version": jax.__version__,
              "xla_options": xla_options.for_platform(platform), "steps": a.steps, "rows": rows,
              "note": "seconds = a + b * flops + c * device bytes read and written; "

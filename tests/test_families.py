@@ -16,6 +16,7 @@ evaluation (float32 tolerances, relative to the output's scale: these are deep r
 networks).
 """
 
+import functools
 import importlib.util
 import os
 import sys
@@ -53,6 +54,7 @@ FUSED_VARIANTS = (
 )
 
 
+@functools.lru_cache(maxsize=None)
 def _gen_models():
     scripts = os.path.join(ROOT, "scripts")
     if scripts not in sys.path:
