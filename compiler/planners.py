@@ -46,8 +46,9 @@ from the set, by counts; only the speed depends on them, never the offsets):
          size, so a query reads the few other runs, and the gaps they touch, instead of
          every gap (it finds the best untouched gap in the index)
   join   a leaf where many long queries end (the concat of 256 branches): the union of
-         what is live there; such a query merges its lists into it, skipping what it
-         covers, and leaves out the lists whose tensors all reach the join
+         what is live there; such a query reads it with its lists in one sweep where
+         they have few boundaries in all, else merges them into it, skipping what it
+         covers; and it leaves out the lists whose tensors all reach the join
   lead   a query that ends at a join and covers no other (a branch output): besides the
          join's union it meets only the tensors that end in lo..join - 1, and those have
          that join as the next one after their last leaf. Each such tensor also goes into
@@ -149,23 +150,16 @@ def _merge_events(events):
 
 
 def _add_ranges(runs, ranges):
-    """`runs` (tagged, or None for none) plus the byte ranges [a0, b0, a1, b1, ...]: the
-    ranges are merged among themselves first (they often overlap), then added."""
+    """`runs` (tagged, or None for none) plus the byte ranges [a0, b0, a1, b1, ...] (they
+    often overlap). A few ranges go in one by one; more are merged with the runs in one
+    sweep when the runs are not many more than them (else merged among themselves first,
+    then added one by one), by numpy past _NUMPY_RANGES boundaries."""
     if runs is None:
         runs = []
     if len(ranges) > 4:
-        if len(ranges) > _NUMPY_RANGES:
-            new = _merge_ranges_np(ranges)
-        else:
-            events = []
-            for k in range(0, len(ranges), 2):
-                events += (2 * ranges[k] + 1, 2 * ranges[k + 1])
-            events.sort()
-            new = _merge_events(events)
-        if not runs:
-            return new
-        if len(new) > len(runs):
-            runs, new = new, runs
+        if len(runs) <= _SWEEP_RUNS * len(ranges):
+            return _merge_ranges(ranges, runs)
+        new = _merge_ranges(ranges, ())
         for k in range(0, len(new), 2):
             _union_into(runs, new[k] >> 1, new[k + 1] >> 1)
         return runs
@@ -174,13 +168,35 @@ def _add_ranges(runs, ranges):
     return runs
 
 
-def _merge_ranges_np(ranges):
-    """The union of the byte ranges [a0, b0, a1, b1, ...] as tagged runs, by numpy. With
-    the starts and the ends sorted apart, a run of the union begins at the k-th start iff
-    the (k - 1)-th end lies below it (touching ranges merge), and the run before it ends
-    there (see `_best_gap_union`)."""
+def _merge_ranges(ranges, runs):
+    """The union of the byte ranges [a0, b0, a1, b1, ...] and the tagged runs `runs` as
+    tagged runs. With the starts and the ends sorted apart, a run of the union begins at
+    the k-th start iff the (k - 1)-th end lies below it (touching ranges merge), and the
+    run before it ends there (see `_best_gap_union`): tagged, start - end > 1."""
+    if len(ranges) + len(runs) > _NUMPY_RANGES:
+        return _merge_ranges_np(ranges, runs)
+    starts = [2 * a + 1 for a in ranges[0::2]]
+    ends = [2 * b for b in ranges[1::2]]
+    starts += runs[0::2]
+    ends += runs[1::2]
+    starts.sort()
+    ends.sort()
+    out = [starts[0]]
+    for s, e in zip(starts[1:], ends):
+        if s - e > 1:
+            out += (e, s)
+    out.append(ends[-1])
+    return out
+
+
+def _merge_ranges_np(ranges, runs):
+    """`_merge_ranges` by numpy."""
     both = np.array(ranges, dtype=np.int64)
-    starts, ends = np.sort(both[0::2]), np.sort(both[1::2])
+    starts, ends = both[0::2], both[1::2]
+    if len(runs):
+        tagged = np.array(runs, dtype=np.int64) >> 1
+        starts, ends = np.concatenate((starts, tagged[0::2])), np.concatenate((ends, tagged[1::2]))
+    starts, ends = np.sort(starts), np.sort(ends)
     new = np.flatnonzero(starts[1:] > ends[:-1]) + 1  # the starts that begin a run
     out = np.empty(2 * len(new) + 2, dtype=np.int64)
     out[0] = 2 * starts[0] + 1
@@ -230,7 +246,9 @@ def _best_gap_union(lists, size):
 _NUMPY_EVENTS = 1024  # boundaries; past this many a union of lists goes to _best_gap_many
 _SKIP_EVENTS = 1024  # past this many, first try merging list by list, skipping covered runs
 _SKIP_BUDGET = 32  # runs merged (not skipped) before giving that up for numpy
-_NUMPY_RANGES = 128  # range ends; past this many a batch of ranges is merged by numpy
+_JOIN_SWEEP = 128  # boundaries; a query over a join reads at most this many with the join's union in one sweep
+_NUMPY_RANGES = 512  # range ends and run boundaries; past this many a batch of ranges is merged by numpy
+_SWEEP_RUNS = 8  # a batch of ranges is merged with at most this many times its boundaries in runs in one sweep
 
 
 def _best_gap_many(lists, size):
@@ -808,14 +826,18 @@ def _place(lay, order, limit=None):
             else:
                 if base:
                     lists.append(base)
-                if j0 < j1:  # over a join: into its union (which holds what was left out), skipping what that covers
-                    acc, budget = list(joined[j1 - 1]), [_SKIP_BUDGET]
-                    for k, runs in enumerate(lists):
-                        if not _merge_skipping(acc, runs, budget):
-                            lists[:k] = [acc] if acc else []
-                            break
-                    else:
-                        lists = [acc]
+                if j0 < j1:  # over a join: with its union (which holds what was left out)
+                    union = joined[j1 - 1]
+                    if len(union) + sum(map(len, lists)) <= _JOIN_SWEEP:
+                        lists.append(union)  # few boundaries in all: read them together
+                    else:  # merge into it, skipping what it covers
+                        acc, budget = list(union), [_SKIP_BUDGET]
+                        for k, runs in enumerate(lists):
+                            if not _merge_skipping(acc, runs, budget):
+                                lists[:k] = [acc] if acc else []
+                                break
+                        else:
+                            lists = [acc]
                 if len(lists) < 2:
                     off = _best_gap(lists[0], size) if lists else 0
                 elif sum(map(len, lists)) > _NUMPY_EVENTS:
