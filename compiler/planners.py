@@ -46,9 +46,8 @@ from the set, by counts; only the speed depends on them, never the offsets):
          size, so a query reads the few other runs, and the gaps they touch, instead of
          every gap (it finds the best untouched gap in the index)
   join   a leaf where many long queries end (the concat of 256 branches): the union of
-         what is live there; such a query reads it with its lists in one sweep where
-         they have few boundaries in all, else merges them into it, skipping what it
-         covers; and it leaves out the lists whose tensors all reach the join
+         what is live there; such a query merges its lists into it, skipping what it
+         covers, and leaves out the lists whose tensors all reach the join
   lead   a query that ends at a join and covers no other (a branch output): besides the
          join's union it meets only the tensors that end in lo..join - 1, and those have
          that join as the next one after their last leaf. Each such tensor also goes into
@@ -246,7 +245,6 @@ def _best_gap_union(lists, size):
 _NUMPY_EVENTS = 1024  # boundaries; past this many a union of lists goes to _best_gap_many
 _SKIP_EVENTS = 1024  # past this many, first try merging list by list, skipping covered runs
 _SKIP_BUDGET = 32  # runs merged (not skipped) before giving that up for numpy
-_JOIN_SWEEP = 128  # boundaries; a query over a join reads at most this many with the join's union in one sweep
 _NUMPY_RANGES = 512  # range ends and run boundaries; past this many a batch of ranges is merged by numpy
 _SWEEP_RUNS = 8  # a batch of ranges is merged with at most this many times its boundaries in runs in one sweep
 
@@ -826,18 +824,14 @@ def _place(lay, order, limit=None):
             else:
                 if base:
                     lists.append(base)
-                if j0 < j1:  # over a join: with its union (which holds what was left out)
-                    union = joined[j1 - 1]
-                    if len(union) + sum(map(len, lists)) <= _JOIN_SWEEP:
-                        lists.append(union)  # few boundaries in all: read them together
-                    else:  # merge into it, skipping what it covers
-                        acc, budget = list(union), [_SKIP_BUDGET]
-                        for k, runs in enumerate(lists):
-                            if not _merge_skipping(acc, runs, budget):
-                                lists[:k] = [acc] if acc else []
-                                break
-                        else:
-                            lists = [acc]
+                if j0 < j1:  # over a join: into its union (which holds what was left out), skipping what that covers
+                    acc, budget = list(joined[j1 - 1]), [_SKIP_BUDGET]
+                    for k, runs in enumerate(lists):
+                        if not _merge_skipping(acc, runs, budget):
+                            lists[:k] = [acc] if acc else []
+                            break
+                    else:
+                        lists = [acc]
                 if len(lists) < 2:
                     off = _best_gap(lists[0], size) if lists else 0
                 elif sum(map(len, lists)) > _NUMPY_EVENTS:
@@ -866,14 +860,20 @@ def _place(lay, order, limit=None):
                     else:
                         _union_into(runs, off, end)
                     p += p & -p
-            for c in cnodes[c0:c1]:
+            for c in cnodes[c0:c1]:  # (the most frequent union: _union_into inlined)
                 runs = full[c]
                 if runs is None:
                     full[c] = [s, e]
                 else:
-                    _union_into(runs, off, end)
-                if joins and hi < reach[c]:
-                    reach[c] = hi
+                    a, b = bisect_left(runs, s - 1), bisect_right(runs, e + 1)
+                    if a & 1:
+                        runs[a:b] = () if b & 1 else (e,)
+                    else:
+                        runs[a:b] = (s,) if b & 1 else (s, e)
+            if joins:
+                for c in cnodes[c0:c1]:
+                    if hi < reach[c]:
+                        reach[c] = hi
             if cut_b:
                 for w in range(cut_a, cut_b):
                     cut_pending[w] += (off, end)

@@ -307,7 +307,7 @@ def test_deterministic_and_independent_of_list_order(ivs, alignment, rnd):
 # values force every path (the gap index of a cut, joins, the hub, gathering caps, numpy).
 ENGINE_KNOBS = ("_SHORT", "_CUT_PUSHES", "_CUT_COVER", "_CUT_SHARE", "_INDEXED_RUNS", "_INDEXED_EXTRA", "_HUB_MIN",
                 "_HUB_FILTER", "_JOIN_MIN", "_JOIN_SHARE", "_START_ADDS", "_NUMPY_EVENTS", "_SKIP_EVENTS",
-                "_SKIP_BUDGET", "_NUMPY_RANGES", "_SWEEP_RUNS", "_JOIN_SWEEP")
+                "_SKIP_BUDGET", "_NUMPY_RANGES", "_SWEEP_RUNS")
 ENGINE_CONFIGS = (
     {},
     # every query long; a cut at height 1, indexed whatever the other lists; joins everywhere; no gathering
@@ -318,16 +318,14 @@ ENGINE_CONFIGS = (
          _HUB_FILTER=10**9),
     # every query short; joins; no hub; gathering as high as it goes; numpy and skipping merges
     dict(_SHORT=10**9, _JOIN_MIN=1, _JOIN_SHARE=10**9, _HUB_MIN=10**9, _START_ADDS=10**9, _NUMPY_EVENTS=0,
-         _SKIP_EVENTS=0, _SKIP_BUDGET=2, _JOIN_SWEEP=0),
+         _SKIP_EVENTS=0, _SKIP_BUDGET=2),
     # joins and the hub together, gathering capped low, ranges merged by numpy
     dict(_SHORT=1, _JOIN_MIN=1, _JOIN_SHARE=10**9, _HUB_MIN=0, _HUB_FILTER=10**9, _START_ADDS=1, _SKIP_BUDGET=0,
          _NUMPY_RANGES=4),
     # gathered ranges merged among themselves, then added one by one
     dict(_SHORT=1, _START_ADDS=10**9, _SWEEP_RUNS=0),
     # joins whose merges give up at once, into numpy
-    dict(_SHORT=1, _JOIN_MIN=1, _JOIN_SHARE=10**9, _SKIP_BUDGET=0, _NUMPY_EVENTS=0, _SKIP_EVENTS=0, _JOIN_SWEEP=0),
-    # joins whose unions are always read with the other lists in one sweep
-    dict(_SHORT=1, _JOIN_MIN=1, _JOIN_SHARE=10**9, _JOIN_SWEEP=10**9),
+    dict(_SHORT=1, _JOIN_MIN=1, _JOIN_SHARE=10**9, _SKIP_BUDGET=0, _NUMPY_EVENTS=0, _SKIP_EVENTS=0),
 )
 
 
