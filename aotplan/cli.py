@@ -372,15 +372,27 @@ def _load_npy(spec, flag="--input"):
     return name, a
 
 
-def _as_bfloat16(a):
+def _as_bfloat16(a, where):
     """.npy cannot name bfloat16: accept its raw 16-bit patterns (uint16, or the void
-    type np.save writes for ml_dtypes.bfloat16), in the file's byte order."""
-    if a.dtype.itemsize == 2 and a.dtype.kind in "uV":
-        import ml_dtypes
+    type np.save writes for ml_dtypes.bfloat16), in the file's byte order, and float32
+    whose values are all bfloat16 values (as `replay --dump` and `--output` write
+    bfloat16 tensors)."""
+    import ml_dtypes
 
+    if a.dtype.itemsize == 2 and a.dtype.kind in "uV":
         if a.dtype.kind == "u" and not a.dtype.isnative:
             a = a.astype(a.dtype.newbyteorder("="))
         return a.view(ml_dtypes.bfloat16)
+    if a.dtype.kind == "f" and a.dtype.itemsize == 4:
+        b = a.astype(ml_dtypes.bfloat16)
+        lost = ~((b.astype(a.dtype) == a) | (np.isnan(a) & np.isnan(b.astype(a.dtype))))
+        if lost.any():
+            raise FeedError(f"{where}: the input is bfloat16 and this float32 array holds values that are not "
+                            f"bfloat16 values (e.g. {float(a[lost].flat[0])!r} at index "
+                            f"{[int(i) for i in np.unravel_index(int(np.argmax(lost)), a.shape)]}): round them to "
+                            f"bfloat16 first, "
+                            f"or save the raw bfloat16 bits as uint16")
+        return b
     return a
 
 
@@ -393,7 +405,7 @@ def _feeds_from_files(specs, session):
             raise FeedError(f"--input {name}: the plan has no input {name!r} (its inputs: {', '.join(want)})")
         if name in feeds:
             raise FeedError(f"--input {name}: given twice")
-        feeds[name] = _as_bfloat16(a) if want[name] == "bfloat16" else a
+        feeds[name] = _as_bfloat16(a, f"--input {name}") if want[name] == "bfloat16" else a
     return feeds
 
 
@@ -405,7 +417,7 @@ def _frozen_values(specs, graph):
         name, a = _load_npy(spec, "--freeze-input")
         if name in values:
             raise FeedError(f"--freeze-input {name}: given twice")
-        values[name] = _as_bfloat16(a) if dtypes_.get(name) == "bfloat16" else a
+        values[name] = _as_bfloat16(a, f"--freeze-input {name}") if dtypes_.get(name) == "bfloat16" else a
     return values
 
 
@@ -491,8 +503,11 @@ def _feeds(session, inputs, random_inputs, seed):
 @click.option("--profile", is_flag=True, help="Print a table of per-launch median times, sorted, with each "
                                               "launch's share of the step.")
 @click.option("--dump", "dump_dir", type=click.Path(file_okay=False), metavar="DIR",
-              help="After one step, write every tensor each launch wrote as DIR/NNNN_<tensor>.npy (compile with "
-                   "--launch kernel to see every tensor; fused and sink plans keep intermediates inside kernels).")
+              help="After one step, write every tensor each launch wrote (and each view or placed concat it "
+                   "completed) as DIR/NNNN_<tensor>.npy, NNNN being the launch, in its logical dtype and shape "
+                   "(bfloat16 as float32), listed in DIR/index.json. DIR must be new, empty or hold an earlier dump "
+                   "(replaced). Compile with --launch kernel to see every tensor; fused and sink plans keep "
+                   "intermediates inside kernels.")
 @click.option("--isolate", is_flag=True,
               help="First load the plan in a child process (as `aotplan verify` does): a plan whose kernels "
                    "crash XLA is refused with an error instead of taking this process down.")
@@ -514,8 +529,16 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
         refuse_overwriting(out_path, {"plan": plan_path, **{f"--input {n} file": p for n, p in
                                                             map(_split_spec, inputs)}}, "--output")
         _refuse_unwritable(out_path, f"outputs to {out_path!r}")
+    input_files = [p for _, p in map(_split_spec, inputs)]
     if dump_dir:
+        from executor import tools
+
         _refuse_unwritable(dump_dir, f"dumps to {dump_dir!r}", folder=True)
+        tools.check_dump_folder(dump_dir, keep=input_files)
+        if out_path and os.path.realpath(dump_dir) in (os.path.realpath(out_path),
+                                                       os.path.realpath(os.path.dirname(os.path.abspath(out_path)))):
+            raise AotplanError(f"--output {out_path!r} is, or lies in, the --dump folder {dump_dir!r}, which holds "
+                               f"the dump alone: write the outputs elsewhere")
     session = _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
                             isolate=isolate)
     feeds = _feeds(session, inputs, random_inputs, seed)
@@ -552,10 +575,13 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
             click.echo(line)
     if dump_dir:
         try:
-            files = tools.dump(session, feeds, dump_dir)
+            files = tools.dump(session, feeds, dump_dir, keep=input_files)
         except OSError as e:
             raise AotplanError(f"cannot write dumps to {dump_dir!r}: {e.strerror}") from None
-        click.echo(f"  dumped {_n(len(files), 'tensor')} to {dump_dir}")
+        click.echo(f"  dumped {_n(len(files), 'tensor')} to {dump_dir} (listed in {tools.DUMP_INDEX})"
+                   + ("" if plan.launch_mode == "kernel" else
+                      f"; a {plan.launch_mode} plan keeps the tensors inside its launches in its kernels: compile "
+                      f"with --launch kernel to see every tensor"))
     if check_alloc:
         report = tools.check_alloc(session, feeds, steps=max(steps, 100))
         for line in report.lines():
@@ -587,6 +613,9 @@ def _tolerance(param, value):
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
               help="Seed for the random values of inputs not given.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=_INPUT_SHAPE_HELP)
+@click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy",
+              help="The --freeze-input files PLAN was compiled with (repeatable): the model is checked with those "
+                   "inputs made constants, as compiled.")
 @click.option("--rtol", type=float, default=None, callback=lambda c, p, v: _tolerance(p, v),
               help="Relative tolerance (default by dtype: float32 1e-4, "
                                                        "float16 1e-2, bfloat16 2e-2; integers exact).")
@@ -594,56 +623,111 @@ def _tolerance(param, value):
               help="Absolute tolerance (default by dtype: float32 1e-5, "
                                                        "float16 1e-2, bfloat16 2e-2; integers exact).")
 @_handle_errors
-def check(plan_path, model, inputs, seed, input_shapes, rtol, atol):
+def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol):
     """Replay PLAN launch by launch beside a direct evaluation of MODEL; name the first
     launch whose output differs beyond tolerance. Exits 1 if any does.
 
-    A sink or fused PLAN keeps intermediates inside its kernels: its outputs are
-    compared, and a kernel-mode plan compiled from MODEL with PLAN's planner, weights
-    placement and clean-up passes (other options at their defaults) is checked launch
-    by launch. Needs the compiler (a build host, not an inference host).
+    Also compares PLAN's constants with MODEL's. A sink or fused PLAN keeps
+    intermediates inside its kernels: its outputs (and a fused plan's tensors that cross
+    its launches) are compared, then a kernel-mode plan compiled from MODEL with PLAN's
+    planner, weights placement and clean-up passes (other options at their defaults) is
+    checked launch by launch; where that one agrees and PLAN does not, the difference
+    lies in PLAN itself. MODEL must be the model PLAN was compiled from (its digest is
+    checked). Needs the compiler (a build host, not an inference host).
     """
     import executor
     from aotplan import codec
-    from compiler import check as chk, pipeline
+    from compiler import check as chk, pipeline, reference
 
     plan = codec.read(plan_path)
     graph, digest = _load_model(model, input_shapes)
+    if frozen:
+        from aotplan import model_json
+        from compiler.passes import fold
+
+        graph = fold.freeze_inputs(graph, _frozen_values(frozen, graph))
+        digest = model_json.graph_digest(graph)
     if digest != plan.provenance.model_digest:
-        raise AotplanError(f"{plan_path} was compiled from a different model than {model} (model digests "
-                           f"{plan.provenance.model_digest[:12]} and {digest[:12]})")
+        raise AotplanError(_not_compiled_from(plan, plan_path, graph, model, digest, frozen))
     opts = pipeline.Options(planner=plan.planner, weights=plan.weights, launch="kernel",
                             disabled=frozenset(set(pipeline.CLEANUP_PASSES) - set(plan.passes)))
     session = executor.Session(plan)
     feeds = _feeds(session, inputs, True, seed)
     session.check_feeds(feeds)  # wrong arrays: one error naming the input, before the direct evaluation
-    failed = False
-    from compiler import reference
-
     want = reference.evaluate(graph, feeds, opts)
     got = session.run(feeds)
-    for name in session.plan.output_names:
-        ok, mabs, mrel, where, g, w = chk.compare(got[name], want[name], *chk.tolerance(
-            dict((n, d) for n, d, _ in session.output_specs)[name], rtol, atol))
-        click.echo(f"output {name}: {'ok' if ok else 'DIFFERS'} (max abs err {mabs:.3g}, max rel err {mrel:.3g})")
-        failed |= not ok
+    out_bad = False
+    for name, dtype, _ in session.output_specs:
+        ok, mabs, mrel, where, g, w = chk.compare(got[name], want[name], *chk.tolerance(dtype, rtol, atol))
+        click.echo(f"output {name}: {'ok' if ok else 'DIFFERS'} (max abs err {mabs:.3g}, max rel err {mrel:.3g})"
+                   + ("" if ok else f"; at index {list(where)} got {g:.6g}, expected {w:.6g}"))
+        out_bad |= not ok
+    cdiffs, n_consts = chk.check_constants(plan, graph, opts, rtol, atol)
+    for d in cdiffs[:5]:
+        click.echo(f"constant {d.tensor!r}: DIFFERS from the model's (max abs err {d.max_abs:.3g}; at index "
+                   f"{list(d.where)} the plan holds {d.got:.6g}, the model {d.want:.6g})")
+    if len(cdiffs) > 5:
+        click.echo(f"... {len(cdiffs)} of {n_consts} constants differ from the model's")
+    own = None  # the first difference among PLAN's own launches (fused plans)
+    if plan.launch_mode == "fused":
+        diffs, n = chk.check(session, graph, feeds, opts, rtol, atol)
+        own = diffs[0] if diffs else None
+        click.echo(f"{plan_path} launch by launch ({_n(n, 'tensor')} written by its "
+                   f"{_n(len(plan.launches), 'launch')}): "
+                   + (_first_difference(diffs, n) if diffs else "all agree with the direct evaluation"))
+    plan_bad = out_bad or bool(cdiffs) or own is not None
     if plan.launch_mode != "kernel":
         click.echo(f"{plan_path} is a {plan.launch_mode} plan; checking a kernel-mode plan of {model} "
                    f"launch by launch")
         session = executor.Session(pipeline.compile_graph(graph, digest, opts).plan)
     diffs, n = chk.check(session, graph, feeds, opts, rtol, atol)
     if not diffs:
-        click.echo(f"all {n} tensors written by {len(session.plan.launches)} launches agree with the direct "
+        click.echo(f"all {n} tensors written by {_n(len(session.plan.launches), 'launch')} agree with the direct "
                    f"evaluation")
     else:
-        d = diffs[0]
-        click.echo(f"first difference: launch {d.launch} ({d.label!r}) wrote {d.tensor!r}: max abs err "
-                   f"{d.max_abs:.3g}, max rel err {d.max_rel:.3g}; at index {list(d.where)} got {d.got:.6g}, "
-                   f"expected {d.want:.6g}")
-        click.echo(f"{len(diffs)} of {n} tensors differ beyond tolerance")
-        failed = True
-    if failed:
+        click.echo(_first_difference(diffs, n))
+    if plan.launch_mode != "kernel" and plan_bad and not diffs:
+        seen = f"its launch {own.launch} ({own.label!r})" if own is not None else None
+        if cdiffs:
+            names = ", ".join(repr(d.tensor) for d in cdiffs[:3]) + (", ..." if len(cdiffs) > 3 else "")
+            where = f"its constants ({names})" + (f", first seen after {seen}" if seen else "")
+        else:
+            where = seen or (f"its {plan.launch_mode} kernel" + ("s" if len(plan.launches) > 1 else ""))
+        click.echo(f"the kernel-mode plan of {model} agrees, {plan_path} does not: the difference lies in "
+                   f"{plan_path} itself, in {where}, not in the model's ops")
+    if plan_bad or diffs:
         click.get_current_context().exit(1)
+
+
+def _first_difference(diffs, n):
+    d = diffs[0]
+    what = (f"of shape {list(d.shapes[0])}, the direct evaluation's is {list(d.shapes[1])}" if d.shapes else
+            f"max abs err {d.max_abs:.3g}, max rel err {d.max_rel:.3g}; at index {list(d.where)} got {d.got:.6g}, "
+            f"expected {d.want:.6g}")
+    return (f"first difference: launch {d.launch} ({d.label!r}) wrote {d.tensor!r}: {what} "
+            f"({len(diffs)} of {n} tensors differ beyond tolerance)")
+
+
+def _not_compiled_from(plan, plan_path, graph, model, digest, frozen):
+    """The error for a MODEL that is not the one PLAN was compiled from: what differs, as
+    far as the plan tells (its inputs and outputs), and what to do."""
+    T = plan.tensors
+    have = [(T[i].name, T[i].dtype, tuple(T[i].shape)) for i in plan.inputs]
+    given = [(t.name, t.dtype, tuple(t.shape)) for t in graph.inputs]
+    spec = lambda xs: ", ".join(f"{n} {d}{list(s)}" for n, d, s in xs) or "none"  # noqa: E731
+    if have != given:
+        what = f"its inputs differ (the plan's: {spec(have)}; the model's: {spec(given)})"
+    elif list(plan.output_names) != list(graph.outputs):
+        what = (f"its outputs differ (the plan's: {', '.join(plan.output_names)}; the model's: "
+                f"{', '.join(graph.outputs)})")
+    else:
+        what = ("the inputs and outputs match, so its nodes, attributes or weights differ"
+                + (" (or the --freeze-input values)" if frozen else ""))
+    hint = "" if frozen else "; if the plan was compiled with --freeze-input, pass the same --freeze-input here"
+    return (f"{plan_path} was compiled from a different model than {model}: the plan records model "
+            f"{plan.provenance.model_name!r} with "
+            f"digest {plan.provenance.model_digest[:12]}, {model} is {graph.name!r} with digest {digest[:12]}: "
+            f"{what}; check the plan against the model it was compiled from{hint}")
 
 
 # ------------------------------------------------------------------- inspect
@@ -658,7 +742,9 @@ def plan_summary(plan, path):
         "memory": {"arena_bytes": m.arena_bytes, "lower_bound_bytes": m.lower_bound_bytes,
                    "plain_bound_bytes": m.plain_bound_bytes, "shared_bound_bytes": m.shared_bound_bytes,
                    "naive_bytes": m.naive_bytes, "constant_pool_bytes": m.constant_pool_bytes,
-                   "max_workspace_bytes": m.max_workspace_bytes, "step_device_bytes": m.step_device_bytes},
+                   "max_workspace_bytes": m.max_workspace_bytes, "step_device_bytes": m.step_device_bytes,
+                   "input_bytes": sum(plan.tensors[i].nbytes for i in plan.inputs),
+                   "output_bytes": sum(plan.tensors[i].nbytes for i in plan.outputs)},
         "provenance": {"model_name": p.model_name, "model_digest": p.model_digest,
                        "aotplan_version": p.aotplan_version, "jax_version": p.jax_version,
                        "jaxlib_version": p.jaxlib_version, "platforms": list(p.platforms),
@@ -674,8 +760,8 @@ def plan_summary(plan, path):
                     for i, t in enumerate(plan.tensors)],
         "kernels": [{"name": k.name, "bytes": len(k.exported), "workspace_bytes": k.workspace_bytes,
                      "n_offsets": k.n_offsets, "feeds": k.feeds, "returns": k.returns, "native_bytes": len(k.native),
-                     "launches": sum(1 for l in plan.launches if plan.kernels[l.kernel] is k)}
-                    for k in plan.kernels],
+                     "launches": sum(1 for l in plan.launches if l.kernel == ki)}
+                    for ki, k in enumerate(plan.kernels)],
         "launches": [{"label": l.node, "kernel": plan.kernels[l.kernel].name, "nodes": list(l.nodes),
                       "reads": [plan.tensors[i].name for i in l.reads],
                       "writes": [plan.tensors[i].name for i in l.writes]} for l in plan.launches],
@@ -741,6 +827,9 @@ def inspect(plan_path, as_json):
                f"alignment {s['alignment']} B, passes {', '.join(s['passes']) or 'none'}")
     click.echo(f"device memory a step needs: {m['step_device_bytes']} B = arena {m['arena_bytes']} B + constant "
                f"pool {m['constant_pool_bytes']} B + max workspace (XLA temp) {m['max_workspace_bytes']} B")
+    click.echo(f"  per step also the inputs ({m['input_bytes']} B, staged) and outputs ({m['output_bytes']} B, "
+               f"returned): {m['step_device_bytes'] + m['input_bytes'] + m['output_bytes']} B in all, the figure "
+               f"`replay --check-alloc` holds the device's peak to")
     click.echo(f"  arena: lower bound {m['lower_bound_bytes']} B, naive {m['naive_bytes']} B; model bounds: plain "
                f"{m['plain_bound_bytes']} B, with sharing {m['shared_bound_bytes']} B")
     if p["native_fingerprint"]:
@@ -760,10 +849,10 @@ def inspect(plan_path, as_json):
         click.echo(f"  {t['name'][:28]:28s} {t['kind']:12s} {t['dtype']:9s} {str(t['shape']):18s} {t['storage']:7s} "
                    f"{t['offset']:>10d} {t['nbytes']:>10d}" + fmt + _sharing(t))
     n_nodes = sum(len(l["nodes"]) for l in s["launches"])
-    click.echo(f"launches ({len(s['launches'])}, running {n_nodes} nodes):")
+    click.echo(f"launches ({len(s['launches'])}, running {_n(n_nodes, 'node')}):")
     for i, l in enumerate(s["launches"]):
         nodes = f" [{len(l['nodes'])} nodes]" if len(l["nodes"]) > 1 else ""
-        click.echo(f"  {i:3d} {l['label'][:40]:40s} {l['kernel'][:16]:16s} {', '.join(l['reads'])} -> "
+        click.echo(f"  {i:3d} {l['label'][:40]:40s} {l['kernel'][:24]:24s} {', '.join(l['reads'])} -> "
                    f"{', '.join(l['writes'])}{nodes}")
     click.echo(f"kernels ({len(s['kernels'])}):")
     for k in s["kernels"]:

@@ -3,8 +3,11 @@
 All of them replay a loaded Session; none imports the compiler.
 """
 
+import json
 import os
 import re
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -12,6 +15,8 @@ import jax
 import numpy as np
 
 from aotplan import dtypes, formats
+from aotplan.errors import AotplanError
+from aotplan.fileio import _umask
 
 
 # ------------------------------------------------------------------ allocation check
@@ -243,43 +248,200 @@ def device_from_arena(arena_bytes, t):
 
 def tensor_from_arena(arena_bytes, t):
     """The logical value of plan tensor `t` from a host copy of the arena's bytes."""
+    # (reshaped back: np.ascontiguousarray makes a 0-d array 1-d)
     return dtypes.from_storage(np.ascontiguousarray(formats.from_device(device_from_arena(arena_bytes, t), t.shape,
-                                                                        t.format)), t.dtype)
+                                                                        t.format)).reshape(t.shape), t.dtype)
 
 
-def replay_tensors(session, feeds, on_tensor):
+def constant_value(t, data):
+    """The logical value of constant tensor `t` from its plan bytes (`PlanConstant.data`)."""
+    dt = dtypes.np_dtype(dtypes.storage_dtype(t.dtype))
+    n = int(np.prod(t.device_shape, dtype=np.int64))
+    dev = np.frombuffer(data, dtype=dt, count=n).reshape(t.device_shape)
+    return dtypes.from_storage(np.ascontiguousarray(formats.from_device(dev, t.shape, t.format)).reshape(t.shape),
+                               t.dtype)
+
+
+def completed_after(plan):
+    """{launch index: (tensor indices)}: the tensors whose values are whole after that
+    launch and that no launch writes: a view (a reshape sharing its base's bytes) once
+    its base is whole, a concat whose inputs were placed in its bytes once its last part
+    is written. (Views of inputs are whole before launch 0: not listed.)"""
+    T = plan.tensors
+    done = {i: -1 for i in plan.inputs}
+    written = set()
+    for s, l in enumerate(plan.launches):
+        for i in l.writes:
+            done[i] = s
+            written.add(i)
+    parts = {}
+    for i in written:
+        if T[i].base >= 0:
+            parts.setdefault(T[i].base, []).append(i)
+    derived = [i for i, t in enumerate(T) if i not in written and (t.base >= 0 or i in parts)]
+    changed = True
+    while changed:  # views of views, views of placed concats: until nothing changes
+        changed = False
+        for i in derived:
+            if i in done:
+                continue
+            src = parts[i] if i in parts else [T[i].base]
+            if src and all(j in done for j in src):
+                done[i] = max(done[j] for j in src)
+                changed = True
+    out = {}
+    for i in derived:
+        if done.get(i, -1) >= 0:
+            out.setdefault(done[i], []).append(i)
+    return {s: tuple(sorted(v)) for s, v in out.items()}
+
+
+def replay_tensors(session, feeds, on_tensor, derived=False):
     """Replay one step launch by launch; after each launch call
-    `on_tensor(launch index, launch, tensor index, value)` for every tensor it wrote."""
+    `on_tensor(launch index, launch, tensor index, value)` for every tensor it wrote,
+    and with `derived`, then for every tensor no launch writes that is whole after it
+    (views and placed concats: `completed_after`)."""
     T = session.plan.tensors
+    extra = completed_after(session.plan) if derived else {}
 
     def after(s, launch, arena):
         if launch is None:
             return
         host = np.asarray(arena).view(np.uint8).tobytes()
-        for i in launch.writes:
+        for i in tuple(launch.writes) + extra.get(s, ()):
             on_tensor(s, launch, i, tensor_from_arena(host, T[i]))
 
     return session.run_launches(feeds, after)
 
 
-def dump(session, feeds, directory):
-    """Write every launch's outputs as DIR/NNN_<tensor>.npy (bfloat16 widened to
-    float32, as .npy cannot name it; characters other than letters, digits and ._-
-    become _, and where two names then meet, the later gets its tensor index too:
-    NNN_<tensor>.<index>.npy). -> the files written."""
-    os.makedirs(directory, exist_ok=True)
-    written = []
-    taken = set()
+DUMP_INDEX = "index.json"
+DUMP_FORMAT = "aotplan.dump"
+_DUMP_FILE = re.compile(r"^\d{4,}_[A-Za-z0-9._-]+\.npy$")
+_DUMP_TEMP = ".aotplan-dump-"
 
-    def on_tensor(s, launch, i, v):
-        name = re.sub(r"[^A-Za-z0-9._-]", "_", session.plan.tensors[i].name)[:80]
-        file, k = f"{s:04d}_{name}.npy", i
-        while file in taken:
-            file, k = f"{s:04d}_{name}.{k}.npy", k + 1
-        taken.add(file)
-        path = os.path.join(directory, file)
-        np.save(path, v.astype(np.float32) if v.dtype.name == "bfloat16" else v, allow_pickle=False)
-        written.append(path)
 
-    replay_tensors(session, feeds, on_tensor)
-    return written
+def _foreign(directory, names):
+    """The entries of `directory` (`names`) that are not an earlier dump's: its
+    index.json, its NNNN_*.npy files and temp folders a killed dump left. Without a
+    valid index, every file is foreign."""
+    rest = sorted(n for n in names if not n.startswith(_DUMP_TEMP))
+    if not rest:
+        return []
+    try:
+        with open(os.path.join(directory, DUMP_INDEX)) as f:
+            ours = json.load(f).get("format") == DUMP_FORMAT
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:  # the files that are plainly not a dump's first
+        return sorted(rest, key=lambda n: (n == DUMP_INDEX or bool(_DUMP_FILE.match(n)), n))
+    return [n for n in rest if n != DUMP_INDEX and not _DUMP_FILE.match(n)]
+
+
+def check_dump_folder(directory, keep=()):
+    """AotplanError unless `directory` can take a dump: it does not exist (it is
+    created), is empty, or holds an earlier dump (`index.json` and NNNN_*.npy files
+    only), which the new dump replaces. Any other file in it is refused: a dump never
+    mixes with, or deletes, files it did not write. `keep`: files the command reads
+    (its inputs), which replacing an earlier dump must not delete."""
+    if not os.path.isdir(directory):
+        return
+    try:
+        names = os.listdir(directory)
+    except OSError as e:
+        raise AotplanError(f"cannot write dumps to {directory!r}: {e.strerror}") from None
+    foreign = _foreign(directory, names)
+    if foreign:
+        raise AotplanError(f"cannot write dumps to {directory!r}: it is not empty and not an earlier dump (it holds "
+                           f"{', '.join(map(repr, foreign[:3]))}{', ...' if len(foreign) > 3 else ''}): give a new "
+                           f"or empty folder")
+    for path in keep:
+        if names and os.path.dirname(os.path.realpath(path)) == os.path.realpath(directory):
+            raise AotplanError(f"cannot write dumps to {directory!r}: it holds {path!r}, which this command "
+                               f"reads, and a new dump replaces the earlier one's files: give another folder")
+
+
+def _dump_name(s, name, taken, i):
+    """DIR/NNNN_<tensor>.npy (see `dump`)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:80]
+    file, k = f"{s:04d}_{stem}.npy", i
+    while file in taken:
+        file, k = f"{s:04d}_{stem}.{k}.npy", k + 1
+    taken.add(file)
+    return file
+
+
+def dump(session, feeds, directory, keep=()):
+    """Replay one step launch by launch and write, after each launch, every tensor it
+    wrote, and every view or placed concat that became whole with it, as
+    DIR/NNNN_<tensor>.npy (NNNN: the launch's index) in its logical dtype and shape
+    (bfloat16 widened to float32, as .npy cannot name it; characters other than
+    letters, digits and ._- become _, and where two names then meet, the later gets its
+    tensor index too: NNNN_<tensor>.<index>.npy), and DIR/index.json listing each file:
+    its launch and label, tensor, dtype, shape, storage format, and how it was made.
+
+    DIR may not exist (it is created), be empty, or hold an earlier dump, which is
+    replaced once the new dump is whole; any other file in it is refused
+    (`check_dump_folder`). A dump that fails leaves no file behind (and no folder it
+    created). -> the tensor files written (their final paths)."""
+    check_dump_folder(directory, keep)
+    plan = session.plan
+    T = plan.tensors
+    existed = os.path.isdir(directory)
+    top = None  # the outermost folder this dump creates above DIR: removed if the dump fails
+    if existed:  # written beside the earlier dump, which is replaced at the end
+        work = tempfile.mkdtemp(prefix=_DUMP_TEMP, dir=directory)
+    else:  # written in a temp folder beside DIR, renamed to DIR at the end: DIR appears whole
+        parent = os.path.dirname(os.path.abspath(directory))
+        if not os.path.lexists(parent):
+            top = parent
+            while not os.path.lexists(os.path.dirname(top)):
+                top = os.path.dirname(top)
+        work = None
+    try:
+        if work is None:
+            if top is not None:
+                os.makedirs(parent)
+            work = tempfile.mkdtemp(prefix=_DUMP_TEMP, dir=parent)
+            os.chmod(work, 0o777 & ~_umask())  # as os.makedirs would make DIR (mkdtemp: 0700)
+        rows, taken = [], set()
+        derived = {i for v in completed_after(plan).values() for i in v}
+        written = {i for l in plan.launches for i in l.writes}
+        placed = {T[i].base for i in written if T[i].base >= 0}  # concats whose inputs were written into them
+
+        def on_tensor(s, launch, i, v):
+            t = T[i]
+            file = _dump_name(s, t.name, taken, i)
+            saved = v.astype(np.float32) if v.dtype.name == "bfloat16" else v
+            np.save(os.path.join(work, file), saved, allow_pickle=False)
+            how = "written" if i not in derived else (
+                "concat whose inputs were written into its bytes" if i in placed else f"view of {T[t.base].name}")
+            rows.append({"file": file, "launch": s, "label": launch.node, "tensor": t.name, "dtype": t.dtype,
+                         "saved_as": str(saved.dtype), "shape": list(t.shape), "device_format": t.format, "made": how,
+                         **({"part_of": T[t.base].name} if t.base >= 0 and i in written else {})})
+
+        replay_tensors(session, feeds, on_tensor, derived=True)
+        index = {"format": DUMP_FORMAT, "model": plan.provenance.model_name, "launch_mode": plan.launch_mode,
+                 "note": "values in their logical dtype and layout (bfloat16 saved as float32); a fused or sink plan "
+                         "keeps the tensors inside its launches in its kernels",
+                 "tensors": rows}
+        with open(os.path.join(work, DUMP_INDEX), "w") as f:
+            json.dump(index, f, indent=1)
+        if existed:  # replace the earlier dump (check_dump_folder: only its files are there)
+            for name in os.listdir(directory):
+                path = os.path.join(directory, name)
+                if name == DUMP_INDEX or _DUMP_FILE.match(name):
+                    os.unlink(path)
+                elif name.startswith(_DUMP_TEMP) and path != work:
+                    shutil.rmtree(path, ignore_errors=True)
+            for name in os.listdir(work):
+                os.replace(os.path.join(work, name), os.path.join(directory, name))
+            os.rmdir(work)
+        else:
+            os.rename(work, directory)
+    except BaseException:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+        if top is not None:
+            shutil.rmtree(top, ignore_errors=True)
+        raise
+    return [os.path.join(directory, r["file"]) for r in rows]
