@@ -40,17 +40,22 @@ from compiler.ops.nn import (
 ZERO_PRESERVING = frozenset((
     "relu", "neg", "abs", "identity", "tanh", "erf", "gelu", "hard_swish", "sqrt", "cast",
     "add", "sub", "mul", "sum",
+    "leaky_relu", "prelu", "elu", "selu", "floor", "ceil", "round", "sin", "sign", "max", "min",
+    "greater", "less", "and", "or", "xor",
 ))
 ELEMENTWISE = frozenset((
     "relu", "sigmoid", "tanh", "erf", "exp", "sqrt", "gelu", "identity", "neg", "abs", "log", "reciprocal",
     "hard_sigmoid", "hard_swish", "cast", "clip", "add", "sub", "mul", "div", "sum", "pow", "where", "equal",
+    "leaky_relu", "prelu", "elu", "selu", "softplus", "floor", "ceil", "round", "sin", "cos", "sign", "max", "min",
+    "greater", "less", "greater_equal", "less_equal", "not", "and", "or", "xor",
 ))
 # ops with a lowering for each format family (besides "default"); layout.py checks the
 # shapes each needs (`layout.supports`)
 SUPPORTED = {
-    "nhwc": ELEMENTWISE | {"batchnorm", "conv", "conv2d", "maxpool", "avgpool", "global_avgpool", "concat",
-                           "softmax", "lrn"},
-    "nc1hwc0": ELEMENTWISE | {"batchnorm", "conv", "conv2d", "maxpool", "avgpool", "global_avgpool", "concat"},
+    "nhwc": ELEMENTWISE | {"batchnorm", "conv", "conv2d", "maxpool", "avgpool", "global_avgpool", "global_maxpool",
+                           "concat", "softmax", "lrn"},
+    "nc1hwc0": ELEMENTWISE | {"batchnorm", "conv", "conv2d", "maxpool", "avgpool", "global_avgpool",
+                              "global_maxpool", "concat"},
     "aligned": ELEMENTWISE | {"batchnorm", "concat", "softmax", "layernorm", "matmul", "gemm"},
 }
 # ops that relayout inside their kernel (XLA's conv takes one feature dimension): a
@@ -224,6 +229,10 @@ def _global_avgpool(node, fmt, name, vals, infos, out):
     return (jnp.mean(_f32(x), axis=spatial_axes(fmt), keepdims=True).astype(x.dtype),)
 
 
+def _global_maxpool(node, fmt, name, vals, infos, out):
+    return (jnp.max(vals[0], axis=spatial_axes(fmt), keepdims=True),)  # nc1hwc0: padding lanes stay 0
+
+
 def _concat(node, fmt, name, vals, infos, out):
     return (jnp.concatenate(vals, axis=device_axis(fmt, node.attr("axis", 0), len(out))),)
 
@@ -278,8 +287,8 @@ def _gemm(node, fmt, name, vals, infos, out):
 
 _LOWER = {
     "batchnorm": _batchnorm_dev, "conv": _conv, "conv2d": _conv, "maxpool": _pool, "avgpool": _pool,
-    "global_avgpool": _global_avgpool, "concat": _concat, "softmax": _softmax, "layernorm": _layernorm,
-    "matmul": _matmul, "gemm": _gemm, "lrn": _lrn,
+    "global_avgpool": _global_avgpool, "global_maxpool": _global_maxpool, "concat": _concat, "softmax": _softmax,
+    "layernorm": _layernorm, "matmul": _matmul, "gemm": _gemm, "lrn": _lrn,
 }
 
 

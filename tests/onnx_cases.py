@@ -6,11 +6,16 @@ import os
 
 import numpy as np
 
-# The ops the ONNX issue lists (plus Constant, which every front end folds away).
+# The ops the ONNX issue lists (plus Constant, which every front end folds away), and
+# the ones added since (Abs, Gelu; the activations, comparisons, reductions, Tile,
+# Resize and ConvTranspose of real UNet/FPN/YOLO/MobileNet exports).
 LISTED_OPS = frozenset("""Conv BatchNormalization Relu Add Sum Mul Sub Div Concat Reshape Flatten Transpose MaxPool
 AveragePool GlobalAveragePool Gemm MatMul Softmax LRN Dropout Clip Sigmoid Tanh Erf Pow Sqrt Reciprocal Neg Exp Log
 Where Equal Cast Gather Slice Split Squeeze Unsqueeze Expand ReduceMean ReduceSum LayerNormalization Pad HardSigmoid
-HardSwish Einsum Identity Shape ConstantOfShape Constant""".split())
+HardSwish Einsum Identity Shape ConstantOfShape Constant
+Abs Gelu LeakyRelu PRelu Elu Selu Softplus Floor Ceil Round Sin Cos Sign Max Min Greater Less GreaterOrEqual
+LessOrEqual Not And Or Xor ReduceMax ReduceMin ReduceProd ArgMax ArgMin GlobalMaxPool Tile Resize
+ConvTranspose""".split())
 
 SKIP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_node_skips.txt")
 

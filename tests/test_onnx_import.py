@@ -90,9 +90,9 @@ def test_symbolic_dims_errors(tmp_path, args, pattern):
 
 
 def test_unsupported_op_is_named(tmp_path):
-    small_model(str(tmp_path / "m.onnx"), op_override="Selu")
+    small_model(str(tmp_path / "m.onnx"), op_override="Mish")  # (Selu was the example until it was added)
     r = CliRunner().invoke(main, ["compile", str(tmp_path / "m.onnx"), "--input-shape", "x=1,3,8,8"])
-    assert r.exit_code == 2 and "node 'Selu_2': ONNX operator 'Selu' is not supported" in r.output
+    assert r.exit_code == 2 and "node 'Mish_2': ONNX operator 'Mish' is not supported" in r.output
 
 
 def test_not_an_onnx_file(tmp_path):

@@ -27,15 +27,21 @@ def _vi(name, elem, shape=None):
     return helper.make_tensor_value_info(name, elem, shape)
 
 
-def _aotplan(model, feeds, launch="sink"):
+def _compile(model, launch="sink", **options):
+    """Import -> compile (pipeline.Options: `launch` and any other `options`) -> codec ->
+    executor: (plan, session)."""
     import executor
     from aotplan import codec, model_json
     from compiler import pipeline
     from compiler.frontends import onnx_import
 
     g = onnx_import.convert(model, name="m")
-    plan = pipeline.compile_graph(g, model_json.graph_digest(g), pipeline.Options(launch=launch)).plan
-    return executor.Session(codec.decode(codec.encode(plan)), warmup=False).run(feeds)
+    plan = pipeline.compile_graph(g, model_json.graph_digest(g), pipeline.Options(launch=launch, **options)).plan
+    return plan, executor.Session(codec.decode(codec.encode(plan)), warmup=False)
+
+
+def _aotplan(model, feeds, launch="sink", **options):
+    return _compile(model, launch, **options)[1].run(feeds)
 
 
 def _ort(model, feeds):

@@ -184,3 +184,18 @@ def test_readme_python_minimum_is_what_jax_needs():
     said = re.search(r"Python (\d+)\.(\d+)\+", _readme())
     assert need and said
     assert tuple(map(int, said.groups())) >= tuple(map(int, need.groups())), (said.group(0), need.group(0))
+
+
+def test_readme_and_docs_list_every_op():
+    """The README's op list is the op library (transdata: the layout pass's own), and
+    docs/onnx.md names every ONNX operator the importer converts."""
+    from compiler import ops
+    from compiler.frontends import onnx_import
+
+    listed = re.search(r"^Ops: (.*?) \(`docs", _readme(), re.S | re.M).group(1)
+    names = {w for w in re.split(r"[,\s/]+", listed) if w}
+    assert names == set(ops.OPS) - {"transdata"}, (sorted(set(ops.OPS) - names), sorted(names - set(ops.OPS)))
+    with open(os.path.join(ROOT, "docs", "onnx.md")) as f:
+        onnx_md = f.read()
+    missing = [op for op in onnx_import.SUPPORTED_OPS if not re.search(rf"\b{op}\b", onnx_md)]
+    assert not missing, missing

@@ -342,6 +342,49 @@ def _lrn(c):
     c.emit("lrn", c.inputs, c.single_output(), **c.take("size", "alpha", "beta", "bias"))
 
 
+def _conv_transpose(c):
+    c.emit("conv_transpose", c.inputs, c.single_output(),
+           **c.take("strides", "pads", "dilations", "group", "output_padding", "kernel_shape", "auto_pad",
+                    "output_shape"))
+
+
+def _prelu(c):
+    # PRelu before opset 7 defines no broadcasting: a slope of one element or of x's shape only
+    c.emit("prelu", c.inputs, c.single_output(), **({"legacy_slope": 1} if c.version < 7 else {}))
+
+
+def _arg(op):
+    def conv(c):
+        c.emit(op, c.inputs, c.single_output(), **c.take("axis", "keepdims", "select_last_index"))
+    return conv
+
+
+def _tile(c):
+    if c.version < 6:
+        c.fail("Tile-1 (inputs 'tiles' and 'axis') is not supported; the model needs opset 6 or later, "
+               "where Tile takes 'repeats'")
+    c.emit("tile", c.inputs, c.single_output())
+
+
+def _resize(c):
+    if c.version >= 11:  # (X, roi, scales, sizes); attributes the op checks (compiler/ops/resize.py)
+        a = c.take("mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
+                   "extrapolation_value", *(("antialias", "axes", "keep_aspect_ratio_policy") if c.version >= 18
+                                            else ()))
+        if a.get("nearest_mode") == "simple":  # our op's value for Resize-10, not an ONNX one
+            c.fail("attribute 'nearest_mode' 'simple' is not an ONNX value (round_prefer_floor, "
+                   "round_prefer_ceil, floor, ceil)")
+        c.emit("resize", c.inputs, c.single_output(), **a)
+        return
+    # Resize-10: (X, scales) and 'mode' only; coordinates are asymmetric, and nearest
+    # rounds as onnxruntime's opset-10 kernel does (nearest_mode "simple": the op's docstring)
+    if len(c.inputs) != 2:
+        c.fail(f"Resize-10 takes 2 inputs (X, scales), got {len(c.inputs)}")
+    a = c.take("mode")
+    a.update(coordinate_transformation_mode="asymmetric", nearest_mode="simple")
+    c.emit("resize", [c.inputs[0], ""] + c.inputs[1:2], c.single_output(), **a)
+
+
 CONVERTERS = {
     "Conv": _conv, "BatchNormalization": _batchnorm, "Relu": _simple("relu"), "Add": _binary("add"),
     "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _binary("div"), "Sum": _simple("sum"),
@@ -359,6 +402,16 @@ CONVERTERS = {
     "HardSwish": _simple("hard_swish"), "Einsum": _simple("einsum", ("equation",)), "Identity": _simple("identity"),
     "Shape": _simple("shape", ("start", "end")), "ConstantOfShape": _constant_of_shape,
     "Abs": _simple("abs"), "Gelu": _simple("gelu", ("approximate",)),
+    "LeakyRelu": _simple("leaky_relu", ("alpha",)), "PRelu": _prelu, "Elu": _simple("elu", ("alpha",)),
+    "Selu": _simple("selu", ("alpha", "gamma")), "Softplus": _simple("softplus"), "Floor": _simple("floor"),
+    "Ceil": _simple("ceil"), "Round": _simple("round"), "Sin": _simple("sin"), "Cos": _simple("cos"),
+    "Sign": _simple("sign"), "Max": _simple("max"), "Min": _simple("min"), "Greater": _binary("greater"),
+    "Less": _binary("less"), "GreaterOrEqual": _binary("greater_equal"), "LessOrEqual": _binary("less_equal"),
+    "Not": _simple("not"), "And": _binary("and"), "Or": _binary("or"), "Xor": _binary("xor"),
+    "ReduceMax": _reduce("reduce_max", 18), "ReduceMin": _reduce("reduce_min", 18),
+    "ReduceProd": _reduce("reduce_prod", 18), "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"),
+    "GlobalMaxPool": _simple("global_maxpool"), "Tile": _tile, "Resize": _resize,
+    "ConvTranspose": _conv_transpose,
 }
 SUPPORTED_OPS = tuple(sorted(CONVERTERS) + ["Constant"])
 

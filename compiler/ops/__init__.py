@@ -2,4 +2,6 @@
 lowering. Importing this package registers every op."""
 
 from compiler.ops.registry import OPS, OpDef, get, register  # noqa: F401
-from compiler.ops import data_ops, elementwise, math_ops, nn, shape_ops  # noqa: F401  (registration)
+from compiler.ops import (  # noqa: F401  (registration)
+    conv_transpose, data_ops, elementwise, math_ops, nn, pointwise, reduce_ops, resize, shape_ops,
+)

@@ -1,8 +1,8 @@
 """More data-movement ops (ONNX semantics): gather, slice, split, squeeze, unsqueeze,
-expand, pad, einsum, shape, constant_of_shape.
+expand, tile, pad, einsum, shape, constant_of_shape.
 
 Static inputs (slice's starts/ends/axes/steps, split's sizes, squeeze/unsqueeze's axes,
-expand's shape, pad's pads/constant_value/axes, constant_of_shape's shape) arrive as
+expand's shape, tile's repeats, pad's pads/constant_value/axes, constant_of_shape's shape) arrive as
 attributes (see `compiler.passes.fold`); the shape rules and the lowerings share one
 helper per op, so they cannot disagree.
 
@@ -253,6 +253,26 @@ def _expand_shape(node, shape):
 register("expand", (1, 1), static_inputs=((1, "shape"),))((
     lambda node, ins: [(ins[0].dtype, _expand_shape(node, ins[0].shape))],
     lambda node, x: (jnp.broadcast_to(x, _expand_shape(node, x.shape)),)))
+
+
+# ---------------------------------------------------------------- tile
+
+def _tile_shape(node, shape):
+    if node.attr("repeats") is None:
+        fail(node, f"'repeats' is required (input {list(shape)})")
+    reps = int_list(node, "repeats", minimum=0)
+    if len(reps) != len(shape):
+        fail(node, f"repeats {list(reps)} must have one entry per dimension of input {list(shape)}")
+    return tuple(d * r for d, r in zip(shape, reps))
+
+
+def _tile(node, x):
+    _tile_shape(node, x.shape)
+    return (jnp.tile(x, tuple(node.attr("repeats"))) if x.ndim else x,)
+
+
+register("tile", (1, 1), static_inputs=((1, "repeats"),))((
+    lambda node, ins: [(ins[0].dtype, _tile_shape(node, ins[0].shape))], _tile))
 
 
 # ---------------------------------------------------------------- pad

@@ -1,4 +1,5 @@
-"""Neural-network ops: matmul, gemm, softmax, layernorm, batchnorm, conv2d, pooling.
+"""Neural-network ops: matmul, gemm, softmax, layernorm, batchnorm, conv2d, pooling
+(maxpool, avgpool, global_avgpool, global_maxpool).
 
 Reductions in float16/bfloat16 (softmax, layernorm, batchnorm, average pooling) are
 computed in float32 and cast back, as ONNX's stash_type=1 does."""
@@ -349,9 +350,13 @@ def _gap_infer(node, ins):
     x = ins[0]
     require_float(node, x)
     if len(x.shape) < 3:
-        fail(node, f"global_avgpool needs rank >= 3 (N, C, spatial...), got {fmt(x)}")
+        fail(node, f"{node.op} needs rank >= 3 (N, C, spatial...), got {fmt(x)}")
+    if node.op == "global_maxpool" and 0 in x.shape[2:]:
+        fail(node, f"global_maxpool over an empty spatial extent of {fmt(x)}")
     return [(x.dtype, x.shape[:2] + (1,) * (len(x.shape) - 2))]
 
 
 register("global_avgpool", (1, 1))((_gap_infer, lambda node, x: (
     jnp.mean(_f32(x), axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype),)))
+register("global_maxpool", (1, 1))((_gap_infer, lambda node, x: (
+    jnp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True),)))

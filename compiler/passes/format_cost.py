@@ -28,7 +28,7 @@ MARGIN = 0.03  # a policy must be predicted 3% faster than default to be chosen
 
 CLASSES = {
     "conv": ("conv", "conv2d"), "matmul": ("matmul", "gemm"), "pool": ("maxpool", "avgpool"),
-    "reduce": ("global_avgpool", "softmax", "layernorm", "batchnorm", "lrn"), "concat": ("concat",),
+    "reduce": ("global_avgpool", "global_maxpool", "softmax", "layernorm", "batchnorm", "lrn"), "concat": ("concat",),
     "elementwise": tuple(sorted(ELEMENTWISE)),
 }
 _CLASS_OF = {op: c for c, ops_ in CLASSES.items() for op in ops_}

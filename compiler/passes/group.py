@@ -2,8 +2,8 @@
 
     kernel   one launch per node
     fused    contiguous runs of the schedule, each holding one "anchor" (a contraction:
-             conv, matmul, gemm, einsum) and the cheap ops around it: conv + bias +
-             activation + pool, matmul + add + reshape + transpose, matmul + scale +
+             conv, conv_transpose, matmul, gemm, einsum) and the cheap ops around it:
+             conv + bias + activation + pool, matmul + add + reshape + transpose, matmul + scale +
              softmax. Leading cheap ops join the first anchor's group. A group whose
              work is below MIN_GROUP_FLOPS also takes the next anchor: a fused launch
              costs 50-240 us on this 2-core CPU (dispatch, and the arena traffic of the
@@ -39,7 +39,7 @@ import numpy as np
 
 from aotplan import dtypes
 
-ANCHORS = frozenset({"conv", "conv2d", "matmul", "gemm", "einsum"})
+ANCHORS = frozenset({"conv", "conv2d", "conv_transpose", "matmul", "gemm", "einsum"})
 MODES = ("sink", "fused", "kernel")
 # Measured (fused step / sink step, fused launches; 2-core CPU, jax 0.10.2) at 2M, 50M,
 # 100M, 200M: squeezenet 1.28 (26), 1.13 (9), 1.10 (5), 0.94 (3); inception_v1 1.40 (57),
@@ -58,6 +58,9 @@ def flops(node, info):
     if node.op in ("conv", "conv2d") and len(ins) > 1:
         w = ins[1]  # (Cout, Cin/groups, k...), or (k..., Cin/groups, Cout) with weight_layout SIO
         return 2 * out * (math.prod(w[:-1]) if node.attr("weight_layout", "OIS") == "SIO" else math.prod(w[1:]))
+    if node.op == "conv_transpose" and len(ins) > 1:
+        x, w = ins[0], ins[1]  # each input element meets (M/group, kernel...) weights
+        return 2 * math.prod(x) * math.prod(w[1:])
     if node.op in ("matmul", "gemm") and ins and ins[0]:
         a = ins[0]
         k = a[0] if node.op == "gemm" and node.attr("trans_a", 0) else a[-1]

@@ -98,7 +98,7 @@ def supports(node, fmt, info, consts):
         return len(act) == len(node.inputs) and device_axis(fmt, node.attr("axis", 0), rank) is not None
     if op == "batchnorm":
         return rank >= 2
-    if op in ("conv", "conv2d", "maxpool", "avgpool", "global_avgpool", "lrn"):
+    if op in ("conv", "conv2d", "maxpool", "avgpool", "global_avgpool", "global_maxpool", "lrn"):
         return rank == 4 and len(ins[0]) == 4
     if op == "softmax":
         axis = node.attr("axis", -1) % rank

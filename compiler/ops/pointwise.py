@@ -1,0 +1,170 @@
+"""More elementwise ops (ONNX semantics): parametrized activations, rounding, trigonometry,
+variadic max/min, comparisons and logic.
+
+leaky_relu, prelu, elu, selu, softplus, floor, ceil, round, sin, cos, sign, max, min,
+greater, less, greater_equal, less_equal, not, and, or, xor.
+
+Float math in float16/bfloat16 is computed in float32 and cast back (as the other op
+modules do). Round rounds half to even (ONNX). max and min propagate NaN (numpy's
+maximum/minimum, as ONNX's reference). prelu broadcasts its slope to x
+("unidirectional" broadcasting: the output has x's shape); with `legacy_slope` (ONNX
+PRelu before opset 7, which defines no broadcasting) the slope must hold one element or
+have x's shape.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from aotplan import dtypes
+from compiler.ops.registry import (
+    broadcast_shape, fail, flag_attr, float_attr, fmt, register, require_float, same_dtype,
+)
+
+NUMERIC_DTYPES = dtypes.FLOAT_DTYPES + dtypes.INT_DTYPES
+
+
+def _f32(x):
+    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
+
+
+def _require_numeric(node, t):
+    if t.dtype not in NUMERIC_DTYPES:
+        fail(node, f"input {fmt(t)} must be numeric ({', '.join(NUMERIC_DTYPES)})")
+
+
+# ---------------------------------------------------------------- float unary
+
+def _float_unary_infer(node, ins):
+    require_float(node, ins[0])
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+def _float_unary(fn):
+    return lambda node, x: (fn(node, _f32(x)).astype(x.dtype),)
+
+
+def _with_attrs(**defaults):
+    """A float-unary shape rule that also checks the float attributes `defaults` names."""
+    def infer(node, ins):
+        for key, default in defaults.items():
+            float_attr(node, key, default)
+        return _float_unary_infer(node, ins)
+    return infer
+
+
+SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
+
+
+def _leaky_relu(node, x):
+    return jnp.where(x >= 0, x, float(node.attr("alpha", 0.01)) * x)
+
+
+def _elu(node, x):
+    return jnp.where(x > 0, x, float(node.attr("alpha", 1.0)) * jnp.expm1(x))
+
+
+def _selu(node, x):
+    alpha, gamma = float(node.attr("alpha", SELU_ALPHA)), float(node.attr("gamma", SELU_GAMMA))
+    return gamma * jnp.where(x > 0, x, alpha * jnp.expm1(x))
+
+
+register("leaky_relu", (1, 1), ("alpha",))((_with_attrs(alpha=0.01), _float_unary(_leaky_relu)))
+register("elu", (1, 1), ("alpha",))((_with_attrs(alpha=1.0), _float_unary(_elu)))
+register("selu", (1, 1), ("alpha", "gamma"))((_with_attrs(alpha=SELU_ALPHA, gamma=SELU_GAMMA),
+                                               _float_unary(_selu)))
+register("softplus", (1, 1))((_float_unary_infer, _float_unary(lambda node, x: jax.nn.softplus(x))))
+register("floor", (1, 1))((_float_unary_infer, lambda node, x: (jnp.floor(x),)))
+register("ceil", (1, 1))((_float_unary_infer, lambda node, x: (jnp.ceil(x),)))
+register("round", (1, 1))((_float_unary_infer, lambda node, x: (jnp.round(x),)))  # half to even
+register("sin", (1, 1))((_float_unary_infer, _float_unary(lambda node, x: jnp.sin(x))))
+register("cos", (1, 1))((_float_unary_infer, _float_unary(lambda node, x: jnp.cos(x))))
+
+
+def _sign_infer(node, ins):
+    _require_numeric(node, ins[0])
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+register("sign", (1, 1))((_sign_infer, lambda node, x: (jnp.sign(x).astype(x.dtype),)))
+
+
+# ---------------------------------------------------------------- prelu
+
+def _prelu_infer(node, ins):
+    x, slope = ins
+    same_dtype(node, ins)
+    _require_numeric(node, x)
+    if flag_attr(node, "legacy_slope", 0):
+        if int(np.prod(slope.shape)) != 1 and slope.shape != x.shape:
+            fail(node, f"slope {fmt(slope)} must hold one element or have the shape of x {fmt(x)} "
+                       f"(PRelu before opset 7 defines no broadcasting)")
+        return [(x.dtype, x.shape)]
+    try:
+        fits = tuple(np.broadcast_shapes(x.shape, slope.shape)) == x.shape
+    except ValueError:
+        fits = False
+    if not fits:
+        fail(node, f"slope {fmt(slope)} does not broadcast to x {fmt(x)} (unidirectional broadcasting)")
+    return [(x.dtype, x.shape)]
+
+
+def _prelu(node, x, slope):
+    if slope.shape != x.shape and slope.size == 1:  # legacy: one element, whatever its rank
+        slope = slope.reshape(())
+    if jnp.issubdtype(x.dtype, jnp.unsignedinteger):  # never negative
+        return (x,)
+    xf, sf = _f32(x), _f32(slope)
+    return (jnp.where(xf < 0, xf * sf, xf).astype(x.dtype),)
+
+
+register("prelu", (2, 2), ("legacy_slope",))((_prelu_infer, _prelu))
+
+
+# ---------------------------------------------------------------- max / min
+
+def _variadic_infer(node, ins):
+    dt = same_dtype(node, ins)
+    _require_numeric(node, ins[0])
+    return [(dt, broadcast_shape(node, ins))]
+
+
+def _variadic(fn):
+    def lower(node, *xs):
+        shape = jnp.broadcast_shapes(*(x.shape for x in xs))
+        y = jnp.broadcast_to(xs[0], shape)
+        for x in xs[1:]:
+            y = fn(y, x)
+        return (y,)
+    return lower
+
+
+register("max", (1, 1 << 16))((_variadic_infer, _variadic(jnp.maximum)))
+register("min", (1, 1 << 16))((_variadic_infer, _variadic(jnp.minimum)))
+
+
+# ---------------------------------------------------------------- comparisons / logic
+
+def _compare_infer(node, ins):
+    same_dtype(node, ins)
+    _require_numeric(node, ins[0])
+    return [("bool", broadcast_shape(node, ins))]
+
+
+register("greater", (2, 2))((_compare_infer, lambda node, a, b: (a > b,)))
+register("less", (2, 2))((_compare_infer, lambda node, a, b: (a < b,)))
+register("greater_equal", (2, 2))((_compare_infer, lambda node, a, b: (a >= b,)))
+register("less_equal", (2, 2))((_compare_infer, lambda node, a, b: (a <= b,)))
+
+
+def _logic_infer(node, ins):
+    for t in ins:
+        if t.dtype != "bool":
+            fail(node, f"input {fmt(t)} must be bool")
+    return [("bool", broadcast_shape(node, ins))]
+
+
+register("not", (1, 1))((_logic_infer, lambda node, x: (jnp.logical_not(x),)))
+register("and", (2, 2))((_logic_infer, lambda node, a, b: (jnp.logical_and(a, b),)))
+register("or", (2, 2))((_logic_infer, lambda node, a, b: (jnp.logical_or(a, b),)))
+register("xor", (2, 2))((_logic_infer, lambda node, a, b: (jnp.logical_xor(a, b),)))

@@ -1,0 +1,92 @@
+"""More reductions (ONNX semantics): reduce_max, reduce_min, reduce_prod, argmax, argmin.
+
+The reduce ops take `axes` (or input 1), `keepdims` and `noop_with_empty_axes` as
+reduce_sum does (compiler/ops/math_ops.py, `_reduce_axes`). Over an empty extent
+reduce_max gives -inf (the dtype's minimum for integers, false for bool), reduce_min
++inf (the maximum, true) and reduce_prod 1, as ONNX from opset 18 says. reduce_prod in
+float16/bfloat16 is computed in float32 and cast back; integer products wrap. max/min
+propagate NaN. argmax/argmin return int64 (int32 on the device) indices of the first
+extreme value, or the last with `select_last_index`.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from aotplan import dtypes
+from compiler.ops.math_ops import _reduce_axes
+from compiler.ops.registry import fail, flag_attr, fmt, int_attr, norm_axis, register
+
+NUMERIC_DTYPES = dtypes.FLOAT_DTYPES + dtypes.INT_DTYPES
+
+
+def _f32(x):
+    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
+
+
+def _reduce_infer(node, ins):
+    x = ins[0]
+    allowed = NUMERIC_DTYPES + (("bool",) if node.op in ("reduce_max", "reduce_min") else ())
+    if x.dtype not in allowed:
+        fail(node, f"input {fmt(x)} must be one of {', '.join(allowed)}")
+    axes = _reduce_axes(node, len(x.shape))
+    if axes is None:
+        return [(x.dtype, x.shape)]
+    if flag_attr(node, "keepdims", 1):
+        return [(x.dtype, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))]
+    return [(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in axes))]
+
+
+def _identity(dt, op):
+    """The value a reduction over nothing gives."""
+    if dt == jnp.bool_:
+        return op == "reduce_min"
+    if jnp.issubdtype(dt, jnp.floating):
+        return -jnp.inf if op == "reduce_max" else jnp.inf
+    info = jnp.iinfo(dt)
+    return int(info.min) if op == "reduce_max" else int(info.max)
+
+
+def _reduce(node, x):
+    axes = _reduce_axes(node, x.ndim)
+    if axes is None:
+        return (x,)
+    keep = bool(node.attr("keepdims", 1))
+    if node.op == "reduce_prod":
+        if jnp.issubdtype(x.dtype, jnp.integer):
+            return (jnp.prod(x, axis=axes, keepdims=keep, dtype=x.dtype),)
+        return (jnp.prod(_f32(x), axis=axes, keepdims=keep).astype(x.dtype),)
+    f = jnp.max if node.op == "reduce_max" else jnp.min
+    init = jnp.array(_identity(x.dtype, node.op), x.dtype)
+    return (f(x, axis=axes, keepdims=keep, initial=init),)
+
+
+_REDUCE_ATTRS = ("keepdims", "noop_with_empty_axes")
+for _op in ("reduce_max", "reduce_min", "reduce_prod"):
+    register(_op, (1, 1), _REDUCE_ATTRS, static_inputs=((1, "axes"),))((_reduce_infer, _reduce))
+
+
+def _arg_infer(node, ins):
+    x = ins[0]
+    if x.dtype not in NUMERIC_DTYPES:
+        fail(node, f"input {fmt(x)} must be numeric ({', '.join(NUMERIC_DTYPES)})")
+    axis = norm_axis(node, int_attr(node, "axis", 0), len(x.shape))
+    flag_attr(node, "select_last_index", 0)
+    if x.shape[axis] == 0:
+        fail(node, f"{node.op} over the empty axis {axis} of {fmt(x)}")
+    if flag_attr(node, "keepdims", 1):
+        return [("int64", x.shape[:axis] + (1,) + x.shape[axis + 1:])]
+    return [("int64", x.shape[:axis] + x.shape[axis + 1:])]
+
+
+def _arg(node, x):
+    axis = node.attr("axis", 0) % x.ndim
+    last = node.attr("select_last_index", 0)
+    f = jnp.argmax if node.op == "argmax" else jnp.argmin
+    i = f(jnp.flip(x, axis) if last else x, axis=axis, keepdims=bool(node.attr("keepdims", 1)))
+    if last:
+        i = (x.shape[axis] - 1) - i
+    return (i.astype(jax.dtypes.canonicalize_dtype(dtypes.np_dtype("int64"))),)
+
+
+for _op in ("argmax", "argmin"):
+    register(_op, (1, 1), ("axis", "keepdims", "select_last_index"))((_arg_infer, _arg))

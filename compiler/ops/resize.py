@@ -1,0 +1,165 @@
+"""resize (ONNX Resize, opsets 10-19; compiler/frontends/onnx_import.py maps opset 10's
+inputs and defaults onto this op).
+
+Supported: mode `nearest` (any dtype) with nearest_mode round_prefer_floor,
+round_prefer_ceil, floor or ceil, and mode `linear` (float dtypes), each with
+coordinate_transformation_mode half_pixel, half_pixel_symmetric, pytorch_half_pixel,
+align_corners or asymmetric; the output size from `scales` (floor(size * scale)) or
+`sizes` (with keep_aspect_ratio_policy stretch, not_larger or not_smaller), both
+static inputs, over every axis or the listed `axes`. Refused, naming the node and the
+attribute: mode cubic, tf_crop_and_resize (the only mode that reads `roi`) and
+tf_half_pixel_for_nn, antialias with linear downscaling, exclude_outside with nearest.
+nearest_mode `simple` is ONNX Resize-10's rounding as onnxruntime implements it (the
+opset-10 text leaves it open): the floor on an axis scaled up, the ceiling on one scaled
+down.
+
+Every source coordinate is static: the compiler computes them in float64 with numpy
+(as ONNX's reference does), so a kernel is one gather per resized axis (nearest) or
+two gathers and a blend with constant weights (linear, separable per axis, in float32
+for float16/bfloat16). Linear clamps source coordinates into the input, as the
+reference's edge padding and onnxruntime do.
+"""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+from aotplan import dtypes
+from compiler.ops.registry import fail, flag_attr, float_attr, fmt, int_list, norm_axis, register
+
+MODES = ("nearest", "linear")
+COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
+ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
+
+
+def _choice(node, key, default, allowed, refused=()):
+    v = node.attr(key, default)
+    if v in refused:
+        fail(node, f"attribute {key!r} {v!r} is not supported (supported: {', '.join(allowed)})")
+    if v not in allowed:
+        fail(node, f"attribute {key!r} must be one of {', '.join(allowed + tuple(refused))}, got {v!r}")
+    return v
+
+
+def _floats(node, key):
+    v = node.attr(key)
+    v = () if v is None else (v if isinstance(v, tuple) else (v,))
+    if not all(isinstance(f, (int, float)) and not isinstance(f, bool) and math.isfinite(f) for f in v):
+        fail(node, f"{key!r} must be a list of finite numbers, got {v!r}")
+    return tuple(float(f) for f in v)
+
+
+def _plan(node, shape):
+    """-> (mode, coordinate mode, nearest mode, [(axis, out extent, scale)] for each
+    resized axis, output shape); every attribute checked."""
+    rank = len(shape)
+    mode = _choice(node, "mode", "nearest", MODES, ("cubic",))
+    ctm = _choice(node, "coordinate_transformation_mode", "half_pixel", COORD_MODES,
+                  ("tf_crop_and_resize", "tf_half_pixel_for_nn"))
+    nearest = _choice(node, "nearest_mode", "round_prefer_floor", NEAREST_MODES)
+    policy = _choice(node, "keep_aspect_ratio_policy", "stretch", ASPECT_POLICIES)
+    float_attr(node, "cubic_coeff_a", -0.75), float_attr(node, "extrapolation_value", 0.0)
+    _floats(node, "roi")  # read by tf_crop_and_resize only
+    if flag_attr(node, "exclude_outside", 0) and mode == "nearest":
+        fail(node, "attribute 'exclude_outside' 1 is not supported with mode 'nearest'")
+    if node.attr("axes") is None:
+        axes = list(range(rank))
+    else:
+        axes = [norm_axis(node, a, rank, "axes entry") for a in int_list(node, "axes")]
+        if len(set(axes)) != len(axes):
+            fail(node, f"attribute 'axes' {list(node.attr('axes'))} repeats an axis (rank {rank})")
+    scales = _floats(node, "scales")
+    sizes = () if node.attr("sizes") is None else tuple(int_list(node, "sizes", minimum=0))
+    if bool(scales) == bool(sizes):
+        fail(node, f"needs exactly one of 'scales' and 'sizes' (non-empty), got scales {list(scales)} and "
+                   f"sizes {list(sizes)}")
+    given = scales or sizes
+    if len(given) != len(axes):
+        fail(node, f"{'scales' if scales else 'sizes'} {list(given)} must have one entry per axis {axes} "
+                   f"of input {list(shape)}")
+    if scales:
+        if any(s <= 0 for s in scales):
+            fail(node, f"scales {list(scales)} must be > 0")
+        per = [(a, int(math.floor(shape[a] * s)), s) for a, s in zip(axes, scales)]
+    else:
+        if any(shape[a] == 0 for a in axes):
+            fail(node, f"cannot resize the empty input {list(shape)} to sizes {list(sizes)}")
+        ratio = [n / shape[a] for a, n in zip(axes, sizes)]
+        if policy == "stretch":
+            per = [(a, n, r) for a, n, r in zip(axes, sizes, ratio)]
+        else:
+            r = min(ratio) if policy == "not_larger" else max(ratio)
+            per = [(a, int(r * shape[a] + 0.5), r) for a in axes]
+    if flag_attr(node, "antialias", 0) and mode == "linear" and any(s < 1 for _, _, s in per):
+        fail(node, "attribute 'antialias' 1 (an antialiasing filter when downscaling) is not supported")
+    out = list(shape)
+    for a, n, _ in per:
+        if n > 0 and shape[a] == 0:
+            fail(node, f"cannot resize the empty axis {a} of input {list(shape)} to {n}")
+        out[a] = n
+    changed = [(a, n, s) for a, n, s in per if not (n == shape[a] and s == 1.0)]
+    return mode, ctm, nearest, changed, tuple(out)
+
+
+def _resize_infer(node, ins):
+    x = ins[0]
+    mode, _, _, _, out = _plan(node, x.shape)
+    if mode == "linear" and x.dtype not in dtypes.FLOAT_DTYPES:
+        fail(node, f"mode 'linear' needs a float input, got {fmt(x)} (mode 'nearest' takes any dtype)")
+    return [(x.dtype, out)]
+
+
+def source_coords(ctm, n_in, n_out, scale):
+    """The input coordinate of each output index along one axis (float64)."""
+    y = np.arange(n_out, dtype=np.float64)
+    if ctm == "asymmetric":
+        return y / scale
+    if ctm == "align_corners":
+        return np.zeros(n_out) if n_out == 1 else y * (n_in - 1) / (n_out - 1)
+    if ctm == "pytorch_half_pixel" and n_out == 1:
+        return np.zeros(n_out)
+    x = (y + 0.5) / scale - 0.5
+    if ctm == "half_pixel_symmetric":
+        x = x + (n_in / 2) * (1 - n_out / (scale * n_in))
+    return x
+
+
+def nearest_index(x, mode, n_in, scale):
+    if mode == "simple":
+        mode = "ceil" if scale < 1 else "floor"
+    lo = np.floor(x)
+    frac = x - lo
+    if mode == "round_prefer_floor":
+        up = frac > 0.5
+    elif mode == "round_prefer_ceil":
+        up = frac >= 0.5
+    elif mode == "ceil":
+        up = frac > 0
+    else:
+        up = np.zeros(x.shape, bool)
+    return np.clip(lo + up, 0, n_in - 1).astype(np.int32)
+
+
+def _resize(node, x):
+    mode, ctm, nearest, changed, _ = _plan(node, x.shape)
+    y = x if mode == "nearest" else x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
+    for axis, n_out, scale in changed:
+        n_in = y.shape[axis]
+        src = source_coords(ctm, n_in, n_out, scale)
+        if mode == "nearest":
+            y = jnp.take(y, nearest_index(src, nearest, n_in, scale), axis=axis)
+            continue
+        src = np.clip(src, 0, n_in - 1)
+        i0 = np.floor(src).astype(np.int32)
+        i1 = np.minimum(i0 + 1, n_in - 1).astype(np.int32)
+        w = (src - i0).reshape((-1,) + (1,) * (y.ndim - axis - 1)).astype(np.dtype(y.dtype))
+        y = jnp.take(y, i0, axis=axis) * (1 - w) + jnp.take(y, i1, axis=axis) * w
+    return (y.astype(x.dtype),)
+
+
+RESIZE_ATTRS = ("mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
+                "extrapolation_value", "antialias", "axes", "keep_aspect_ratio_policy")
+register("resize", (1, 1), RESIZE_ATTRS, static_inputs=((1, "roi"), (2, "scales"), (3, "sizes")))((
+    _resize_infer, _resize))

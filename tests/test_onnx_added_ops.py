@@ -1,0 +1,352 @@
+"""The ONNX operators added for real exports (UNet, FPN, YOLO, MobileNet variants):
+LeakyRelu, PRelu, Elu, Selu, Softplus, Floor, Ceil, Round, Sin, Cos, Sign, Max, Min,
+Greater, Less, GreaterOrEqual, LessOrEqual, Not, And, Or, Xor, ReduceMax, ReduceMin,
+ReduceProd, ArgMax, ArgMin, GlobalMaxPool, Tile, Resize, ConvTranspose.
+
+Tiny models holding several ops each (XLA compile time dominates), imported, compiled in
+kernel and sink mode, replayed and compared with onnxruntime: broadcasting, the
+opset-dependent forms (reduction axes as attribute / input, Resize-10), a conv net
+under storage formats, float16 and integer inputs, and the attribute values we refuse.
+ONNX's own node tests of these ops run in tests/test_onnx_node.py."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto as TP, helper  # noqa: E402
+
+from aotplan.errors import ModelError, ShapeError  # noqa: E402
+from test_onnx_semantics import _compile, _model, _ort, _vi  # noqa: E402
+
+R = np.random.default_rng(2027)
+N = helper.make_node
+
+
+def _quarters(shape, lo=-12, hi=13, dt=np.float32):
+    """Multiples of 0.25: ties for comparisons, ArgMax and Round (x.5 included)."""
+    return (R.integers(lo, hi, shape) / 4).astype(dt)
+
+
+def _check(model, feeds, modes=("kernel", "sink"), rtol=1e-5, atol=1e-6, want=None, **options):
+    """Compile in each launch mode, run, compare every output with `want` (default:
+    onnxruntime): same dtype and shape, values within tolerance (exact for ints and bools).
+    -> the last (plan, session)."""
+    want = want if want is not None else _ort(model, feeds)
+    for mode in modes:
+        plan, sess = _compile(model, mode, **options)
+        _compare(sess.run(feeds), want, rtol, atol, mode)
+    return plan, sess
+
+
+def _compare(got, want, rtol, atol, where):
+    for k, w in want.items():
+        g, w = got[k], np.asarray(w)
+        assert (g.dtype, g.shape) == (w.dtype, w.shape), (where, k, g.dtype, g.shape, w.dtype, w.shape)
+        if w.dtype.kind == "f":  # NaN where the oracle has NaN
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
+                                       err_msg=f"{where}: {k}")
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=f"{where}: {k}")
+
+
+# ---------------------------------------------------------------- elementwise
+
+def _elementwise_model(elem=TP.FLOAT, dt=np.float32):
+    """x [2,3,4,5] against y [3,1,5], a constant [5] and a per-channel slope [3,1,1]."""
+    nodes = [
+        N("LeakyRelu", ["x"], ["lrelu"], alpha=0.2), N("PRelu", ["x", "slope"], ["prelu"]),
+        N("Elu", ["x"], ["elu"], alpha=0.5), N("Selu", ["x"], ["selu"]), N("Softplus", ["x"], ["softplus"]),
+        N("Floor", ["x"], ["floor"]), N("Ceil", ["x"], ["ceil"]), N("Round", ["x"], ["round"]),
+        N("Sin", ["x"], ["sin"]), N("Cos", ["x"], ["cos"]), N("Sign", ["x"], ["sign"]),
+        N("Max", ["x", "y", "c"], ["max3"]), N("Min", ["x", "y"], ["min2"]), N("Max", ["y"], ["max1"]),
+        N("Greater", ["x", "y"], ["gt"]), N("Less", ["x", "y"], ["lt"]),
+        N("GreaterOrEqual", ["x", "y"], ["ge"]), N("LessOrEqual", ["x", "y"], ["le"]),
+        N("Not", ["gt"], ["not"]), N("And", ["ge", "le"], ["and"]), N("Or", ["gt", "lt"], ["or"]),
+        N("Xor", ["ge", "le"], ["xor"]),
+    ]
+    outs = [n.output[0] for n in nodes]
+    inits = [("slope", np.array([0.1, -0.5, 2.0], dt).reshape(3, 1, 1)), ("c", _quarters(5, dt=dt))]
+    m = _model(nodes, [_vi("x", elem, [2, 3, 4, 5]), _vi("y", elem, [3, 1, 5])],
+               [_vi(o, TP.BOOL if o in ("gt", "lt", "ge", "le", "not", "and", "or", "xor") else elem) for o in outs],
+               inits)
+    return m, {"x": _quarters((2, 3, 4, 5), dt=dt), "y": _quarters((3, 1, 5), dt=dt)}
+
+
+def test_elementwise_ops_match_onnxruntime():
+    m, feeds = _elementwise_model()
+    sess = _check(m, feeds)[1]
+    out = sess.run(feeds)
+    # the inputs hold ties: x == y somewhere, and halves that Round takes to even
+    assert out["and"].any() and not out["and"].all()
+    assert (np.abs(feeds["x"]) % 1 == 0.5).any()
+    np.testing.assert_array_equal(out["round"], np.round(feeds["x"]))  # numpy rounds half to even too
+    # NaN, infinities and -0.0: Max/Min propagate NaN, comparisons with NaN are false
+    x, y = feeds["x"].copy(), feeds["y"].copy()
+    x.flat[:8] = [np.nan, np.inf, -np.inf, -0.0, np.nan, 1.0, -np.inf, 0.0]
+    y.flat[:5] = [0.0, np.nan, -np.inf, 0.0, np.nan]
+    _compare(sess.run({"x": x, "y": y}), _ort(m, {"x": x, "y": y}), 1e-5, 1e-6, "special values")
+
+
+def test_elementwise_ops_in_float16():
+    m, feeds = _elementwise_model(TP.FLOAT16, np.float16)
+    _check(m, feeds, modes=("sink",), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("elem, dt", [(TP.INT32, np.int32), (TP.INT64, np.int64), (TP.UINT8, np.uint8)])
+def test_integer_inputs(elem, dt):
+    """Max/Min (variadic, broadcasting), comparisons, Sign, PRelu, integer reductions and
+    ArgMax, Tile, nearest Resize on integers (uint8: no PRelu/ReduceProd, as ONNX)."""
+    lo = 0 if dt == np.uint8 else -5
+    nodes = [N("Max", ["a", "b"], ["max"]), N("Min", ["a", "b", "a"], ["min"]), N("Greater", ["a", "b"], ["gt"]),
+             N("LessOrEqual", ["a", "b"], ["le"]), N("Sign", ["a"], ["sign"]),
+             N("ReduceMax", ["a"], ["rmax"], axes=[1], keepdims=0), N("ReduceMin", ["a"], ["rmin"]),
+             N("ArgMax", ["a"], ["amax"], axis=1, select_last_index=1), N("ArgMin", ["a"], ["amin"], axis=0),
+             N("Tile", ["a", "reps"], ["tile"])]
+    outs = {"max": elem, "min": elem, "gt": TP.BOOL, "le": TP.BOOL, "sign": elem, "rmax": elem, "rmin": elem,
+            "amax": TP.INT64, "amin": TP.INT64, "tile": elem}
+    if dt != np.uint8:
+        nodes += [N("PRelu", ["a", "slope"], ["prelu"]), N("ReduceProd", ["a"], ["rprod"], axes=[0])]
+        outs.update(prelu=elem, rprod=elem)
+    inits = [("reps", np.array([2, 1], np.int64))]
+    if dt != np.uint8:
+        inits.append(("slope", np.array([2, -1, 3, 0], dt)))
+    m = _model(nodes, [_vi("a", elem, [3, 4]), _vi("b", elem, [4])], [_vi(k, v) for k, v in outs.items()], inits,
+               opset=16)  # PRelu-16: integer slopes
+    feeds = {"a": R.integers(lo, 6, (3, 4)).astype(dt), "b": R.integers(lo, 6, 4).astype(dt)}
+    _check(m, feeds, modes=("sink",))  # kernel mode runs the same lowerings: the float tests cover it
+    # nearest Resize gathers: onnxruntime (no integer Resize kernel) resizes the same values as float32
+    def resize(e):
+        return _model([N("Resize", ["a4", "", "s"], ["y"], coordinate_transformation_mode="half_pixel")],
+                      [_vi("a4", e, [1, 2, 3, 3])], [_vi("y", e)], [("s", np.array([1, 1, 2, 0.7], np.float32))])
+    a4 = R.integers(lo, 6, (1, 2, 3, 3)).astype(dt)
+    want = _ort(resize(TP.FLOAT), {"a4": a4.astype(np.float32)})["y"].astype(dt)
+    _check(resize(elem), {"a4": a4}, modes=("sink",), want={"y": want})
+
+
+# ---------------------------------------------------------------- reductions
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_reductions_with_axes_as_attribute_and_as_input(opset):
+    """ReduceMax/Min/Prod take `axes` as an attribute before opset 18, as input 1 from 18
+    (where an empty or omitted axes with noop_with_empty_axes=1 is the identity)."""
+    def reduce(op, x, out, axes=None, **attrs):
+        if axes is None:
+            return [N(op, [x], [out], **attrs)]
+        if opset < 18:
+            return [N(op, [x], [out], axes=axes, **attrs)]
+        return [N(op, [x, f"{out}_axes"], [out], **attrs)]
+
+    nodes = (reduce("ReduceMax", "x", "r1", [1], keepdims=0) + reduce("ReduceMin", "x", "r2", [-1, 0])
+             + reduce("ReduceProd", "xp", "r3", [2]) + reduce("ReduceMax", "x", "r4", keepdims=0)
+             + [N("ArgMax", ["x"], ["a1"], axis=1),
+                N("ArgMin", ["x"], ["a2"], axis=-1, keepdims=0, select_last_index=1),
+                N("ArgMax", ["x"], ["a3"], axis=0, keepdims=0, select_last_index=1),
+                N("GlobalMaxPool", ["x4"], ["gmp"])])
+    if opset >= 18:
+        nodes += reduce("ReduceMin", "x", "r5", noop_with_empty_axes=1)
+    inits = [(f"{n.output[0]}_axes", np.array(a, np.int64)) for n, a in
+             zip(nodes, [[1], [-1, 0], [2]]) if opset >= 18]
+    outs = [n.output[0] for n in nodes]
+    m = _model(nodes,
+               [_vi("x", TP.FLOAT, [3, 4, 5]), _vi("xp", TP.FLOAT, [3, 4, 5]), _vi("x4", TP.FLOAT, [2, 3, 4, 5])],
+               [_vi(o, TP.INT64 if o.startswith("a") else TP.FLOAT) for o in outs], inits, opset=opset)
+    feeds = {"x": R.integers(-3, 4, (3, 4, 5)).astype(np.float32),  # ties: first vs last index
+             "xp": (R.integers(2, 7, (3, 4, 5)) / 4).astype(np.float32),
+             "x4": R.standard_normal((2, 3, 4, 5)).astype(np.float32)}
+    _check(m, feeds, modes=("kernel", "sink") if opset >= 18 else ("sink",))  # the same lowerings either way
+
+
+# ---------------------------------------------------------------- tile / resize
+
+def test_tile_and_resize_modes():
+    resize = [  # (output, mode, coordinate_transformation_mode, nearest_mode, scales, sizes)
+        ("n_asym_floor", "nearest", "asymmetric", "floor", [1, 1, 2, 1.5], None),
+        ("n_half_floor", "nearest", "half_pixel", "round_prefer_floor", None, [1, 2, 7, 4]),
+        ("n_half_ceil", "nearest", "half_pixel", "round_prefer_ceil", [1, 1, 0.5, 0.75], None),
+        ("n_align_ceil", "nearest", "align_corners", "ceil", None, [1, 2, 3, 11]),
+        ("l_half", "linear", "half_pixel", None, [1, 1, 1.5, 0.5], None),
+        ("l_align", "linear", "align_corners", None, None, [1, 2, 7, 9]),
+        ("l_asym", "linear", "asymmetric", None, [1, 1, 2, 2], None),
+        ("l_torch", "linear", "pytorch_half_pixel", None, None, [1, 2, 1, 5]),
+    ]
+    nodes, inits = [N("Tile", ["x", "reps"], ["tile"])], [("reps", np.array([1, 2, 1, 3], np.int64))]
+    for out, mode, ctm, nearest, scales, sizes in resize:
+        a = dict(mode=mode, coordinate_transformation_mode=ctm, **({"nearest_mode": nearest} if nearest else {}))
+        if scales:
+            nodes.append(N("Resize", ["x", "", f"{out}_s"], [out], **a))
+            inits.append((f"{out}_s", np.array(scales, np.float32)))
+        else:
+            nodes.append(N("Resize", ["x", "", "", f"{out}_s"], [out], **a))
+            inits.append((f"{out}_s", np.array(sizes, np.int64)))
+    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 4, 6])], [_vi(n.output[0], TP.FLOAT) for n in nodes], inits,
+               opset=13)
+    _check(m, {"x": R.standard_normal((1, 2, 4, 6)).astype(np.float32)})
+
+
+def test_resize_axes_and_aspect_ratio_policy_opset_19():
+    nodes = [N("Resize", ["x", "", "", "sz"], ["notlarger"], axes=[2, 3], keep_aspect_ratio_policy="not_larger"),
+             N("Resize", ["x", "", "", "sz"], ["notsmaller"], axes=[2, 3], keep_aspect_ratio_policy="not_smaller",
+               mode="linear"),
+             N("Resize", ["x", "", "sc"], ["one_axis"], axes=[-1], mode="linear",
+               coordinate_transformation_mode="half_pixel_symmetric")]
+    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 4, 6])], [_vi(n.output[0], TP.FLOAT) for n in nodes],
+               [("sz", np.array([7, 7], np.int64)), ("sc", np.array([1.7], np.float32))], opset=19)
+    _check(m, {"x": R.standard_normal((1, 2, 4, 6)).astype(np.float32)})
+
+
+def test_resize_10_takes_scales_and_rounds_like_onnxruntime():
+    """Resize-10: (X, scales), asymmetric coordinates; onnxruntime's nearest takes the
+    floor on an axis scaled up and the ceiling on one scaled down."""
+    nodes = [N("Resize", ["x", "s"], ["near"], mode="nearest"), N("Resize", ["x", "s"], ["lin"], mode="linear")]
+    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 1, 5, 7])], [_vi("near", TP.FLOAT), _vi("lin", TP.FLOAT)],
+               [("s", np.array([1, 1, 1.7, 0.6], np.float32))], opset=10)
+    _check(m, {"x": R.standard_normal((1, 1, 5, 7)).astype(np.float32)})
+
+
+# ---------------------------------------------------------------- conv transpose
+
+def test_conv_transpose_variants():
+    """Strides, pads (a pad beyond the kernel's reach crops), output_padding, dilations,
+    group 2, output_shape (odd total padding, and larger than the full result), auto_pad,
+    a 1-D and a bias; a UNet-style upsampling block's Concat after it."""
+    w = (R.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+    wg = (R.standard_normal((4, 2, 2, 3)) * 0.3).astype(np.float32)  # group 2: (C, M/2, k...)
+    w1 = (R.standard_normal((4, 2, 3)) * 0.3).astype(np.float32)
+    nodes = [N("ConvTranspose", ["x", "w", "b"], ["plain"]),
+             N("ConvTranspose", ["x", "w"], ["strided"], strides=[2, 3], pads=[1, 0, 2, 3], output_padding=[1, 2],
+               dilations=[1, 2]),
+             N("ConvTranspose", ["x", "w"], ["cropped"], strides=[2, 2], pads=[3, 4, 3, 3]),
+             N("ConvTranspose", ["x", "wg"], ["grouped"], group=2, strides=[2, 1]),
+             N("ConvTranspose", ["x", "w"], ["shaped"], strides=[2, 2], output_shape=[8, 9]),
+             N("ConvTranspose", ["x", "w"], ["grown"], strides=[2, 2], output_shape=[10, 12]),
+             N("ConvTranspose", ["x", "w"], ["same"], strides=[2, 2], auto_pad="SAME_UPPER"),
+             N("ConvTranspose", ["x", "w"], ["lower"], strides=[2, 2], auto_pad="SAME_LOWER"),
+             N("Concat", ["same", "lower"], ["cat"], axis=1),
+             N("ConvTranspose", ["x1", "w1"], ["one_d"], strides=[3])]
+    outs = [n.output[0] for n in nodes if n.op_type == "ConvTranspose" and n.output[0] not in ("same", "lower")]
+    m = _model(nodes, [_vi("x", TP.FLOAT, [2, 4, 4, 5]), _vi("x1", TP.FLOAT, [1, 4, 6])],
+               [_vi(o, TP.FLOAT) for o in outs + ["cat"]],
+               [("w", w), ("b", R.standard_normal(3).astype(np.float32)), ("wg", wg), ("w1", w1)], opset=13)
+    feeds = {"x": R.standard_normal((2, 4, 4, 5)).astype(np.float32),
+             "x1": R.standard_normal((1, 4, 6)).astype(np.float32)}
+    _check(m, feeds, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------- a conv net under storage formats
+
+def _conv_net():
+    """Conv -> LeakyRelu -> MaxPool -> PRelu (per channel) -> Conv -> Cos, Softplus (not
+    zero-preserving: masked in padded formats) -> Max with the block input -> Elu ->
+    GlobalMaxPool and a nearest 2x Resize (YOLO/FPN upsampling). 5 channels: blocked
+    formats pad them."""
+    nodes = [N("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), N("LeakyRelu", ["c1"], ["a1"], alpha=0.1),
+             N("MaxPool", ["a1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]), N("PRelu", ["p1", "slope"], ["pr"]),
+             N("Conv", ["pr", "w2"], ["c2"], pads=[1, 1, 1, 1]), N("Cos", ["c2"], ["cos"]),
+             N("Softplus", ["c2"], ["sp"]), N("Max", ["cos", "pr", "sp"], ["mx"]), N("Elu", ["mx"], ["elu"]),
+             N("GlobalMaxPool", ["elu"], ["gmp"]),
+             N("Resize", ["elu", "", "up"], ["up2"], mode="nearest", coordinate_transformation_mode="asymmetric",
+               nearest_mode="floor")]
+    inits = [("w1", (R.standard_normal((5, 3, 3, 3)) * 0.4).astype(np.float32)),
+             ("b1", R.standard_normal(5).astype(np.float32)),
+             ("slope", np.linspace(-0.5, 0.5, 5, dtype=np.float32).reshape(5, 1, 1)),
+             ("w2", (R.standard_normal((5, 5, 3, 3)) * 0.3).astype(np.float32)),
+             ("up", np.array([1, 1, 2, 2], np.float32))]
+    return _model(nodes, [_vi("x", TP.FLOAT, [2, 3, 8, 8])], [_vi("gmp", TP.FLOAT), _vi("up2", TP.FLOAT)], inits,
+                  opset=13)
+
+
+@pytest.mark.parametrize("policy", ["default", "nhwc", "blocked"])
+def test_conv_net_under_storage_formats(policy):
+    from test_formats import _padding_violations
+
+    m = _conv_net()
+    feeds = {"x": R.standard_normal((2, 3, 8, 8)).astype(np.float32)}
+    modes = ("sink",) if policy == "default" else ("kernel",)  # formats apply per launch (kernel mode)
+    plan, sess = _check(m, feeds, modes=modes, rtol=1e-4, atol=1e-5, format_policy=policy)
+    if policy == "default":
+        return
+    fam = {"nhwc": "nhwc", "blocked": "nc1hwc0"}[policy]
+    formatted = {t.name for t in plan.tensors if t.format.startswith(fam)}
+    for name in ("a1", "pr", "mx", "elu"):
+        assert name in formatted, (name, sorted(formatted))  # the new ops ran in the format
+    assert any(f.startswith("gmp@") for f in formatted), sorted(formatted)  # global_maxpool too
+    assert _padding_violations(plan, sess, feeds) == []  # zeros stay zeros; cos/softplus masked
+
+
+# ---------------------------------------------------------------- what we refuse
+
+def _prepare(model):
+    """Import and run the shape rules (no XLA): raises the error a compile would."""
+    from compiler import pipeline
+    from compiler.frontends import onnx_import
+
+    return pipeline.prepare(onnx_import.convert(model, name="m"))
+
+
+def _one(op, inputs, inits=(), opset=13, elem=TP.FLOAT, shape=(1, 2, 4, 4), **attrs):
+    return _model([N(op, ["x"] + list(inputs), ["y"], name="bad", **attrs)], [_vi("x", elem, list(shape))],
+                  [_vi("y", TP.UNDEFINED)], list(inits), opset=opset)
+
+
+_SCALES = [("s", np.array([1, 1, 2, 2], np.float32))]
+
+
+@pytest.mark.parametrize("model, match", [
+    (_one("Resize", ["", "s"], _SCALES, mode="cubic"), r"'bad' \(resize\): attribute 'mode' 'cubic' is not supported"),
+    (_one("Resize", ["", "s"], _SCALES, coordinate_transformation_mode="tf_crop_and_resize"),
+     r"'bad'.*'coordinate_transformation_mode' 'tf_crop_and_resize' is not supported"),
+    (_one("Resize", ["", "s"], _SCALES, nearest_mode="nearest"), r"'bad'.*'nearest_mode' must be one of"),
+    (_one("Resize", ["", "s"], [("s", np.array([1, 1, 0.5, 0.5], np.float32))], mode="linear", antialias=1, opset=18),
+     r"'bad'.*'antialias' 1"),
+    (_one("Resize", ["", "s"], _SCALES, exclude_outside=1), r"'bad'.*'exclude_outside' 1 is not supported"),
+    (_one("Resize", ["", "s", "z"], _SCALES + [("z", np.array([1, 2, 8, 8], np.int64))]),
+     r"'bad'.*exactly one of 'scales' and 'sizes'"),
+    (_one("Resize", ["", "s"], [("s", np.array([2, 2], np.float32))]), r"'bad'.*one entry per axis"),
+    (_one("Resize", ["", "s"], _SCALES, mode="linear", elem=TP.INT32), r"'bad'.*mode 'linear' needs a float input"),
+    (_one("Resize", ["", "s"], _SCALES, nearest_mode="simple"), r"'bad'.*'simple' is not an ONNX value"),
+    (_one("Resize", ["", "s"], _SCALES, axes=[2, 3]), r"'bad' \(Resize, opset 13\): attribute 'axes' is not supported"),
+    (_one("Resize", ["s", "s"], _SCALES, opset=10), r"'bad' \(Resize, opset 10\).*takes 2 inputs"),
+    (_one("Tile", ["r"], [("r", np.array([1, 2], np.int64))]), r"'bad' \(tile\).*one entry per dimension"),
+    (_one("Tile", ["r", "ax"], [("r", np.array([2], np.int64)), ("ax", np.array([1], np.int64))], opset=5),
+     r"'bad' \(Tile, opset 1\).*Tile-1"),
+    (_one("ArgMax", [], select_last_index=2), r"'bad' \(argmax\).*'select_last_index' must be 0 or 1"),
+    (_one("ArgMin", [], axis=4), r"'bad' \(argmin\).*axis 4 is out of range for rank 4"),
+    (_one("ReduceMax", [], axes=[1, -3]), r"'bad' \(reduce_max\).*name an axis twice"),
+    (_one("ReduceProd", [], elem=TP.BOOL), r"'bad' \(reduce_prod\).*must be one of"),
+    (_one("LeakyRelu", [], alpha=float("inf")), r"'bad' \(leaky_relu\).*'alpha' must be finite"),
+    (_one("Elu", [], elem=TP.INT32), r"'bad' \(elu\).*must be a float type"),
+    (_one("PRelu", ["s"], [("s", np.ones(3, np.float32))]), r"'bad' \(prelu\).*does not broadcast to x"),
+    (_one("PRelu", ["s"], [("s", np.ones((2, 1, 1), np.float32))], opset=6),
+     r"'bad' \(prelu\).*one element or have the shape of x"),
+    (_one("Greater", ["x"], elem=TP.BOOL), r"'bad' \(greater\).*must be numeric"),
+    (_one("And", ["x"]), r"'bad' \(and\).*must be bool"),
+    (_one("GlobalMaxPool", [], shape=(2, 3)), r"'bad' \(global_maxpool\).*rank >= 3"),
+    (_one("ConvTranspose", ["w"], [("w", np.ones((2, 3, 3, 3), np.float32))], strides=[2, 2], output_padding=[2, 0]),
+     r"'bad' \(conv_transpose\).*output_padding \[2, 0\] must be smaller than the stride"),
+    (_one("ConvTranspose", ["w"], [("w", np.ones((2, 3, 3, 3), np.float32))], auto_pad="SAME"),
+     r"'bad' \(conv_transpose\).*'auto_pad' must be one of"),
+    (_one("ConvTranspose", ["w"], [("w", np.ones((3, 3, 3, 3), np.float32))]),
+     r"'bad' \(conv_transpose\).*input channels 2 and weight"),
+    (_one("ConvTranspose", ["w"], [("w", np.ones((2, 3, 3, 3), np.float32))], auto_pad="VALID", pads=[1, 1, 1, 1]),
+     r"'bad' \(conv_transpose\).*'pads' cannot be combined with auto_pad=VALID"),
+])
+def test_refused_attribute_values_name_the_node(model, match):
+    with pytest.raises((ModelError, ShapeError), match=match):
+        _prepare(model)
+
+
+def test_legacy_forms_before_opset_7():
+    """PRelu-6 (a slope of one element or of x's shape; no broadcasting defined) and
+    Greater-1/And-1 with broadcast=1. onnxruntime has no kernels for them: numpy is the
+    oracle."""
+    x = _quarters((2, 3))
+    nodes = [N("PRelu", ["x", "one"], ["p1"]), N("PRelu", ["x", "full"], ["p2"]),
+             N("Greater", ["x", "b"], ["gt"], broadcast=1), N("And", ["gt", "gt"], ["and"], broadcast=1)]
+    full = _quarters((2, 3))
+    m = _model(nodes, [_vi("x", TP.FLOAT, [2, 3])], [_vi("p1", TP.FLOAT), _vi("p2", TP.FLOAT), _vi("and", TP.BOOL)],
+               [("one", np.array([0.25], np.float32)), ("full", full), ("b", np.array([0.0, 0.5, -0.5], np.float32))],
+               opset=6)
+    b = np.array([0.0, 0.5, -0.5], np.float32)
+    want = {"p1": np.where(x < 0, 0.25 * x, x), "p2": np.where(x < 0, full * x, x), "and": x > b}
+    _check(m, {"x": x}, modes=("sink",), want=want)
