@@ -228,6 +228,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     bar = {}
 
     def on_start(n):
+        if not sys.stderr.isatty():  # a log file gets no bar (click would print its label alone)
+            return
         bar["b"] = click.progressbar(length=n, label="lowering launches", file=sys.stderr)
         bar["b"].__enter__()
 
@@ -244,7 +246,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
 
             graph = fold.freeze_inputs(graph, _frozen_values(frozen, graph))
             digest = model_json.graph_digest(graph)
-        res = pipeline.compile_graph(graph, digest, opts, progress=lambda k: bar["b"].update(k), on_start=on_start)
+        res = pipeline.compile_graph(graph, digest, opts, progress=lambda k: "b" in bar and bar["b"].update(k),
+                                     on_start=on_start)
     finally:
         if "b" in bar:
             bar["b"].__exit__(None, None, None)
