@@ -25,6 +25,17 @@ def one_node_graph(op, inputs, consts=(), n_out=1, **attrs):
     return Graph("t", ins, outs, (Node("n", op, names, outs, freeze(attrs)),), cs)
 
 
+def one_error_line(r, *needles):
+    """A CliRunner result that failed as a user's error should: exit code 2, one
+    "error:" line holding every needle, no traceback, no internal error."""
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and "internal error" not in r.output, r.output
+    lines = [l for l in r.output.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1, r.output
+    for n in needles:
+        assert n in lines[0], r.output
+
+
 def compile_and_load(graph, **opts):
     """Graph -> (plan, executor Session) through the real codec."""
     import executor

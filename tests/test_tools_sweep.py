@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from aotplan import codec, model_json
 from aotplan.cli import main
 from compiler import reference
-from conftest import EXAMPLES, LAUNCH_MODES, ROOT, compile_and_load, random_feeds
+from conftest import EXAMPLES, LAUNCH_MODES, ROOT, compile_and_load, one_error_line, random_feeds
 from executor import tools
 
 MLP = os.path.join(EXAMPLES, "mlp", "model.json")
@@ -29,13 +29,6 @@ def _invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def _one_error(r, *needles):
-    assert r.exit_code == 2, r.output
-    assert "Traceback" not in r.output and "internal error" not in r.output, r.output
-    lines = [l for l in r.output.splitlines() if l.startswith("error:")]
-    assert len(lines) == 1, r.output
-    for n in needles:
-        assert n in lines[0], r.output
 
 
 def _write(plan, path):
@@ -168,13 +161,13 @@ def test_check_against_another_model_says_what_differs(mlp_plans, frozen, tmp_pa
     w["fc2.b"] = w["fc2.b"] + 1
     np.savez(model / "weights.npz", **w)
     r = _invoke("check", mlp_plans["sink"], model / "model.json")
-    _one_error(r, "compiled from a different model", "the inputs and outputs match, so its nodes, attributes or "
+    one_error_line(r, "compiled from a different model", "the inputs and outputs match, so its nodes, attributes or "
                "weights differ")
     r = _invoke("check", mlp_plans["sink"], CNN)
-    _one_error(r, "its inputs differ (the plan's: x float32[4, 64]; the model's: image float32[2, 3, 32, 32])")
+    one_error_line(r, "its inputs differ (the plan's: x float32[4, 64]; the model's: image float32[2, 3, 32, 32])")
     model_path, plan, b = frozen
     r = _invoke("check", plan, model_path)  # compiled with --freeze-input: say so
-    _one_error(r, "its inputs differ", "pass the same --freeze-input here")
+    one_error_line(r, "its inputs differ", "pass the same --freeze-input here")
     r = _invoke("check", plan, model_path, "--freeze-input", f"b={b}")
     assert r.exit_code == 0 and "output y: ok" in r.output and "agree with the direct evaluation" in r.output, \
         r.output
@@ -329,16 +322,16 @@ def test_dump_folder_new_earlier_foreign_and_failed(mlp_plans, tmp_path, monkeyp
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     r = _invoke("replay", mlp_plans["kernel"], "--random-inputs", "--dump", tmp_path / "mine")
-    _one_error(r, "cannot write dumps to", "not empty and not an earlier dump (it holds 'notes.txt')")
+    one_error_line(r, "cannot write dumps to", "not empty and not an earlier dump (it holds 'notes.txt')")
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
     np.save(d / "0000_x.npy", np.zeros((4, 64), np.float32))
     r = _invoke("replay", mlp_plans["kernel"], "--input", f"x={d / '0000_x.npy'}", "--dump", d)
-    _one_error(r, "which this command reads, and a new dump replaces the earlier one's files")
+    one_error_line(r, "which this command reads, and a new dump replaces the earlier one's files")
     os.unlink(d / "0000_x.npy")
     for out in (d / "o.npz", tmp_path / "same"):
         r = _invoke("replay", mlp_plans["kernel"], "--random-inputs", "--dump", out if out.name == "same" else d,
                     "--output", out)
-        _one_error(r, "is, or lies in, the --dump folder")
+        one_error_line(r, "is, or lies in, the --dump folder")
     assert not (tmp_path / "same").exists()
     assert _listing(d) == earlier
 
@@ -352,11 +345,11 @@ def test_dump_folder_new_earlier_foreign_and_failed(mlp_plans, tmp_path, monkeyp
 
     monkeypatch.setattr(tools.np, "save", full_disk)
     r = _invoke("replay", mlp_plans["kernel"], "--random-inputs", "--steps", "1", "--dump", tmp_path / "a" / "b")
-    _one_error(r, "cannot write dumps to", "No space left on device")
+    one_error_line(r, "cannot write dumps to", "No space left on device")
     assert saved and not (tmp_path / "a").exists()
     saved.clear()
     r = _invoke("replay", mlp_plans["kernel"], "--random-inputs", "--steps", "1", "--dump", d)
-    _one_error(r, "No space left on device")
+    one_error_line(r, "No space left on device")
     assert saved and _listing(d) == earlier
 
 
@@ -411,15 +404,15 @@ def test_every_tool_refuses_a_bad_plan_in_one_line(broken_files, command, tmp_pa
     extra = {"inspect": [], "replay": ["--random-inputs", "--output", tmp_path / "o.npz", "--dump", tmp_path / "d"],
              "check": [MLP]}[command]
     r = _invoke(command, broken_files / "newer.plan", *extra)
-    _one_error(r, "plan format 6 is newer than this executor (supports 2-5)")
+    one_error_line(r, "plan format 6 is newer than this executor (supports 2-5)")
     r = _invoke(command, broken_files / "short.plan", *extra)
-    _one_error(r, "plan is truncated or corrupt")
+    one_error_line(r, "plan is truncated or corrupt")
     assert os.listdir(tmp_path) == []
 
 
 def test_check_refuses_a_model_that_does_not_parse_and_unknown_inputs(mlp_plans, broken_files, tmp_path):
     r = _invoke("check", mlp_plans["kernel"], broken_files / "model.json")
-    _one_error(r, "model.json: not valid JSON")
+    one_error_line(r, "model.json: not valid JSON")
     np.save(tmp_path / "x.npy", np.zeros((4, 64), np.float32))
     r = _invoke("check", mlp_plans["kernel"], MLP, "--input", f"y={tmp_path / 'x.npy'}")
-    _one_error(r, "--input y: the plan has no input 'y' (its inputs: x)")
+    one_error_line(r, "--input y: the plan has no input 'y' (its inputs: x)")

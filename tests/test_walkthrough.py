@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from aotplan import cli
 from aotplan.cli import main
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, one_error_line
 
 MLP = os.path.join(EXAMPLES, "mlp", "model.json")
 GOLDEN_MLP = os.path.join(ROOT, "plans", "golden", "v5", "mlp.plan")
@@ -39,13 +39,6 @@ def no_load(monkeypatch):
     monkeypatch.setattr(executor, "load", _never)
 
 
-def _one_error_line(r, *needles):
-    assert r.exit_code == 2, r.output
-    assert "Traceback" not in r.output and "internal error" not in r.output, r.output
-    lines = [l for l in r.output.splitlines() if l.startswith("error:")]
-    assert len(lines) == 1, r.output
-    for n in needles:
-        assert n in lines[0], r.output
 
 
 # ------------------------------------------------- outputs: refused before the work
@@ -53,10 +46,10 @@ def _one_error_line(r, *needles):
 def test_compile_refuses_a_missing_output_folder_before_compiling(no_compile, tmp_path):
     out = tmp_path / "no_such_dir" / "m.plan"
     r = CliRunner().invoke(main, ["compile", MLP, "-o", str(out)])
-    _one_error_line(r, "cannot write plan", "does not exist")
+    one_error_line(r, "cannot write plan", "does not exist")
     (tmp_path / "afile").write_text("x")
     r = CliRunner().invoke(main, ["compile", MLP, "-o", str(tmp_path / "afile" / "m.plan")])
-    _one_error_line(r, "cannot write plan", "is not a folder")
+    one_error_line(r, "cannot write plan", "is not a folder")
     assert not out.parent.exists()
 
 
@@ -67,21 +60,21 @@ def test_compile_refuses_an_unwritable_folder_before_compiling(no_compile, tmp_p
     monkeypatch.setattr(os, "access", lambda p, m, **k: False if os.path.realpath(p) == locked
                         else real_access(p, m, **k))
     r = CliRunner().invoke(main, ["compile", MLP, "-o", str(tmp_path / "m.plan")])
-    _one_error_line(r, "cannot write plan", "no permission to write in")
+    one_error_line(r, "cannot write plan", "no permission to write in")
     monkeypatch.chdir(tmp_path)  # no -o: the plan goes to the current folder
     r = CliRunner().invoke(main, ["compile", MLP])
-    _one_error_line(r, "cannot write the plan in the current folder")
+    one_error_line(r, "cannot write the plan in the current folder")
     assert os.listdir(tmp_path) == []
 
 
 def test_replay_refuses_unwritable_output_and_dump_before_loading(no_load, tmp_path):
     r = CliRunner().invoke(main, ["replay", GOLDEN_MLP, "--random-inputs", "--output",
                                   str(tmp_path / "nodir" / "o.npz")])
-    _one_error_line(r, "cannot write outputs to", "does not exist")
+    one_error_line(r, "cannot write outputs to", "does not exist")
     (tmp_path / "afile").write_text("x")
     r = CliRunner().invoke(main, ["replay", GOLDEN_MLP, "--random-inputs", "--dump",
                                   str(tmp_path / "afile" / "sub")])
-    _one_error_line(r, "cannot write dumps to", "is not a folder")
+    one_error_line(r, "cannot write dumps to", "is not a folder")
 
 
 def test_output_to_a_device_is_not_refused(tmp_path):
@@ -96,7 +89,7 @@ def test_import_onnx_refuses_a_missing_output_folder_before_reading(monkeypatch,
     (tmp_path / "m.onnx").write_bytes(b"")
     r = CliRunner().invoke(main, ["import", "onnx", str(tmp_path / "m.onnx"), "-o",
                                   str(tmp_path / "nodir" / "m.json")])
-    _one_error_line(r, "does not exist")
+    one_error_line(r, "does not exist")
 
 
 # ------------------------------------------------- messages
@@ -117,7 +110,7 @@ def test_object_npy_is_named_as_such(tmp_path):
     np.save(tmp_path / "obj.npy", np.array([1, "a"], dtype=object), allow_pickle=True)
     r = CliRunner().invoke(main, ["compile", MLP, "--freeze-input", f"x={tmp_path / 'obj.npy'}",
                                   "-o", str(tmp_path / "m.plan")])
-    _one_error_line(r, "--freeze-input x", "array of Python objects")
+    one_error_line(r, "--freeze-input x", "array of Python objects")
 
 
 def test_verify_counts_in_words(monkeypatch):
