@@ -32,6 +32,7 @@ from jax import lax
 from aotplan import formats as F
 from compiler import ops
 from compiler.ops.math_ops import lrn_over
+from compiler.ops.resize import resize_on
 from compiler.ops.nn import (
     _f32, _pool_geometry, _window_counts, batchnorm_broadcast, conv_lowered,
 )
@@ -53,9 +54,9 @@ ELEMENTWISE = frozenset((
 # shapes each needs (`layout.supports`)
 SUPPORTED = {
     "nhwc": ELEMENTWISE | {"batchnorm", "conv", "conv2d", "maxpool", "avgpool", "global_avgpool", "global_maxpool",
-                           "concat", "softmax", "lrn"},
+                           "concat", "softmax", "lrn", "resize"},
     "nc1hwc0": ELEMENTWISE | {"batchnorm", "conv", "conv2d", "maxpool", "avgpool", "global_avgpool",
-                              "global_maxpool", "concat"},
+                              "global_maxpool", "concat", "resize"},
     "aligned": ELEMENTWISE | {"batchnorm", "concat", "softmax", "layernorm", "matmul", "gemm"},
 }
 # ops that relayout inside their kernel (XLA's conv takes one feature dimension): a
@@ -233,6 +234,12 @@ def _global_maxpool(node, fmt, name, vals, infos, out):
     return (jnp.max(vals[0], axis=spatial_axes(fmt), keepdims=True),)  # nc1hwc0: padding lanes stay 0
 
 
+def _resize(node, fmt, name, vals, infos, out):
+    """Over H and W only (layout.supports): each a device axis of its own in nhwc and
+    nc1hwc0; blocked channel padding stays zero (gathered or blended zeros)."""
+    return (resize_on(node, vals[0], infos[0].shape, lambda a: device_axis(fmt, a, 4)),)
+
+
 def _concat(node, fmt, name, vals, infos, out):
     return (jnp.concatenate(vals, axis=device_axis(fmt, node.attr("axis", 0), len(out))),)
 
@@ -288,7 +295,7 @@ def _gemm(node, fmt, name, vals, infos, out):
 _LOWER = {
     "batchnorm": _batchnorm_dev, "conv": _conv, "conv2d": _conv, "maxpool": _pool, "avgpool": _pool,
     "global_avgpool": _global_avgpool, "global_maxpool": _global_maxpool, "concat": _concat, "softmax": _softmax,
-    "layernorm": _layernorm, "matmul": _matmul, "gemm": _gemm, "lrn": _lrn,
+    "layernorm": _layernorm, "matmul": _matmul, "gemm": _gemm, "lrn": _lrn, "resize": _resize,
 }
 
 

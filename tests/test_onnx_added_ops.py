@@ -181,7 +181,12 @@ def test_tile_and_resize_modes():
             inits.append((f"{out}_s", np.array(sizes, np.int64)))
     m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 4, 6])], [_vi(n.output[0], TP.FLOAT) for n in nodes], inits,
                opset=13)
-    _check(m, {"x": R.standard_normal((1, 2, 4, 6)).astype(np.float32)})
+    feeds = {"x": R.standard_normal((1, 2, 4, 6)).astype(np.float32)}
+    _check(m, feeds)
+    for policy, fam in (("nhwc", "nhwc"), ("blocked", "nc1hwc0")):  # resizes of H and W run in the format
+        plan, _ = _check(m, feeds, modes=("kernel",), format_policy=policy)
+        formatted = {t.name.split("@")[0] for t in plan.tensors if t.format.startswith(fam)}
+        assert {out for out, *_ in resize} <= formatted, (policy, sorted(formatted))
 
 
 def test_resize_axes_and_aspect_ratio_policy_opset_19():
@@ -238,22 +243,23 @@ def test_conv_transpose_variants():
 def _conv_net():
     """Conv -> LeakyRelu -> MaxPool -> PRelu (per channel) -> Conv -> Cos, Softplus (not
     zero-preserving: masked in padded formats) -> Max with the block input -> Elu ->
-    GlobalMaxPool and a nearest 2x Resize (YOLO/FPN upsampling). 5 channels: blocked
-    formats pad them."""
+    GlobalMaxPool and a nearest and a linear 2x Resize (YOLO/FPN upsampling). 5 channels:
+    blocked formats pad them."""
     nodes = [N("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), N("LeakyRelu", ["c1"], ["a1"], alpha=0.1),
              N("MaxPool", ["a1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]), N("PRelu", ["p1", "slope"], ["pr"]),
              N("Conv", ["pr", "w2"], ["c2"], pads=[1, 1, 1, 1]), N("Cos", ["c2"], ["cos"]),
              N("Softplus", ["c2"], ["sp"]), N("Max", ["cos", "pr", "sp"], ["mx"]), N("Elu", ["mx"], ["elu"]),
              N("GlobalMaxPool", ["elu"], ["gmp"]),
              N("Resize", ["elu", "", "up"], ["up2"], mode="nearest", coordinate_transformation_mode="asymmetric",
-               nearest_mode="floor")]
+               nearest_mode="floor"),
+             N("Resize", ["elu", "", "up"], ["up2l"], mode="linear", coordinate_transformation_mode="half_pixel")]
     inits = [("w1", (R.standard_normal((5, 3, 3, 3)) * 0.4).astype(np.float32)),
              ("b1", R.standard_normal(5).astype(np.float32)),
              ("slope", np.linspace(-0.5, 0.5, 5, dtype=np.float32).reshape(5, 1, 1)),
              ("w2", (R.standard_normal((5, 5, 3, 3)) * 0.3).astype(np.float32)),
              ("up", np.array([1, 1, 2, 2], np.float32))]
-    return _model(nodes, [_vi("x", TP.FLOAT, [2, 3, 8, 8])], [_vi("gmp", TP.FLOAT), _vi("up2", TP.FLOAT)], inits,
-                  opset=13)
+    return _model(nodes, [_vi("x", TP.FLOAT, [2, 3, 8, 8])],
+                  [_vi("gmp", TP.FLOAT), _vi("up2", TP.FLOAT), _vi("up2l", TP.FLOAT)], inits, opset=13)
 
 
 @pytest.mark.parametrize("policy", ["default", "nhwc", "blocked"])
@@ -270,7 +276,8 @@ def test_conv_net_under_storage_formats(policy):
     formatted = {t.name for t in plan.tensors if t.format.startswith(fam)}
     for name in ("a1", "pr", "mx", "elu"):
         assert name in formatted, (name, sorted(formatted))  # the new ops ran in the format
-    assert any(f.startswith("gmp@") for f in formatted), sorted(formatted)  # global_maxpool too
+    for out in ("gmp", "up2", "up2l"):  # global_maxpool and resize too (converted back for the outputs)
+        assert any(f.startswith(out + "@") for f in formatted), (out, sorted(formatted))
     assert _padding_violations(plan, sess, feeds) == []  # zeros stay zeros; cos/softplus masked
 
 

@@ -142,21 +142,35 @@ def nearest_index(x, mode, n_in, scale):
     return np.clip(lo + up, 0, n_in - 1).astype(np.int32)
 
 
-def _resize(node, x):
-    mode, ctm, nearest, changed, _ = _plan(node, x.shape)
+def resized_axes(node, shape):
+    """The logical axes `node` changes on an input of logical shape `shape`."""
+    return [a for a, _, _ in _plan(node, shape)[3]]
+
+
+def resize_on(node, x, shape, device_axis=None):
+    """`node`'s resize of `x`, a device array holding a tensor of logical shape `shape`
+    with logical axis a at device axis `device_axis(a)` (default: a); every other device
+    axis is carried along (a storage format's padding lanes stay as they are: zeros
+    gathered, or blended, are zeros)."""
+    mode, ctm, nearest, changed, _ = _plan(node, shape)
     y = x if mode == "nearest" else x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
     for axis, n_out, scale in changed:
-        n_in = y.shape[axis]
+        d = axis if device_axis is None else device_axis(axis)
+        n_in = shape[axis]
         src = source_coords(ctm, n_in, n_out, scale)
         if mode == "nearest":
-            y = jnp.take(y, nearest_index(src, nearest, n_in, scale), axis=axis)
+            y = jnp.take(y, nearest_index(src, nearest, n_in, scale), axis=d)
             continue
         src = np.clip(src, 0, n_in - 1)
         i0 = np.floor(src).astype(np.int32)
         i1 = np.minimum(i0 + 1, n_in - 1).astype(np.int32)
-        w = (src - i0).reshape((-1,) + (1,) * (y.ndim - axis - 1)).astype(np.dtype(y.dtype))
-        y = jnp.take(y, i0, axis=axis) * (1 - w) + jnp.take(y, i1, axis=axis) * w
-    return (y.astype(x.dtype),)
+        w = (src - i0).reshape((-1,) + (1,) * (y.ndim - d - 1)).astype(np.dtype(y.dtype))
+        y = jnp.take(y, i0, axis=d) * (1 - w) + jnp.take(y, i1, axis=d) * w
+    return y.astype(x.dtype)
+
+
+def _resize(node, x):
+    return (resize_on(node, x, x.shape),)
 
 
 RESIZE_ATTRS = ("mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",

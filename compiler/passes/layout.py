@@ -100,6 +100,10 @@ def supports(node, fmt, info, consts):
         return rank >= 2
     if op in ("conv", "conv2d", "maxpool", "avgpool", "global_avgpool", "global_maxpool", "lrn"):
         return rank == 4 and len(ins[0]) == 4
+    if op == "resize":  # over H and W (an FPN's or a UNet's upsampling), never N or C
+        from compiler.ops.resize import resized_axes
+
+        return rank == 4 and len(ins[0]) == 4 and set(resized_axes(node, ins[0])) <= {2, 3}
     if op == "softmax":
         axis = node.attr("axis", -1) % rank
         return not node.attr("legacy_flatten", 0) and (fam == "nhwc" or axis == rank - 1)
