@@ -314,6 +314,7 @@ _SCALES = [("s", np.array([1, 1, 2, 2], np.float32))]
     (_one("Resize", ["", "s"], _SCALES, nearest_mode="simple"), r"'bad'.*'simple' is not an ONNX value"),
     (_one("Resize", ["", "s"], _SCALES, axes=[2, 3]), r"'bad' \(Resize, opset 13\): attribute 'axes' is not supported"),
     (_one("Resize", ["s", "s"], _SCALES, opset=10), r"'bad' \(Resize, opset 10\).*takes 2 inputs"),
+    (_one("Resize", ["", "s"], [("s", np.array([1, 1, 3e38, 1], np.float32))]), r"'bad'.*overflow float32"),
     (_one("Tile", ["r"], [("r", np.array([1, 2], np.int64))]), r"'bad' \(tile\).*one entry per dimension"),
     (_one("Tile", ["r", "ax"], [("r", np.array([2], np.int64)), ("ax", np.array([1], np.int64))], opset=5),
      r"'bad' \(Tile, opset 1\).*Tile-1"),
@@ -321,6 +322,8 @@ _SCALES = [("s", np.array([1, 1, 2, 2], np.float32))]
     (_one("ArgMin", [], axis=4), r"'bad' \(argmin\).*axis 4 is out of range for rank 4"),
     (_one("ReduceMax", [], axes=[1, -3]), r"'bad' \(reduce_max\).*name an axis twice"),
     (_one("ReduceProd", [], elem=TP.BOOL), r"'bad' \(reduce_prod\).*must be one of"),
+    (_one("ReduceMax", [], elem=TP.INT64, shape=(2, 0), axes=[1]),  # int64's minimum: not an int32
+     r"'bad' \(reduce_max\).*empty extent of 'x' int64\[2, 0\].*the device's int32 cannot hold"),
     (_one("LeakyRelu", [], alpha=float("inf")), r"'bad' \(leaky_relu\).*'alpha' must be finite"),
     (_one("Elu", [], elem=TP.INT32), r"'bad' \(elu\).*must be a float type"),
     (_one("PRelu", ["s"], [("s", np.ones(3, np.float32))]), r"'bad' \(prelu\).*does not broadcast to x"),
@@ -357,3 +360,58 @@ def test_legacy_forms_before_opset_7():
     b = np.array([0.0, 0.5, -0.5], np.float32)
     want = {"p1": np.where(x < 0, 0.25 * x, x), "p2": np.where(x < 0, full * x, x), "and": x > b}
     _check(m, {"x": x}, modes=("sink",), want=want)
+
+
+# ---------------------------------------------------------------- found by fuzzing against onnxruntime
+
+def test_conv_transpose_output_past_the_full_result_grows_at_the_end():
+    """An output_shape two past the full result, SAME_UPPER with an output_shape past it,
+    and SAME with a kernel shorter than the stride: the extra extent is zeros (plus the
+    bias) at the end, as onnxruntime pads. (The pads were negative: the result came out
+    shifted by one.) onnxruntime's SAME output stops at the full result there (8 where
+    ONNX says in * stride = 9): we keep ONNX's shape and compare onnxruntime's part."""
+    w = (R.standard_normal((2, 3, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [N("ConvTranspose", ["x", "w", "b"], ["grown"], strides=[3, 3], output_shape=[11, 10]),
+             N("ConvTranspose", ["x", "w"], ["upper"], strides=[3, 3], output_shape=[10, 10], auto_pad="SAME_UPPER")]
+    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 3, 3])], [_vi("grown", TP.FLOAT), _vi("upper", TP.FLOAT)],
+               [("w", w), ("b", R.standard_normal(3).astype(np.float32))], opset=13)
+    _check(m, {"x": R.standard_normal((1, 2, 3, 3)).astype(np.float32)}, rtol=1e-4, atol=1e-5)
+
+    short = [N("ConvTranspose", ["x1", "w1"], [f"same_{k}"], strides=[3], auto_pad=f"SAME_{k.upper()}")
+             for k in ("upper", "lower")]
+    m = _model(short, [_vi("x1", TP.FLOAT, [1, 2, 3])], [_vi("same_upper", TP.FLOAT), _vi("same_lower", TP.FLOAT)],
+               [("w1", R.standard_normal((2, 1, 2)).astype(np.float32))], opset=13)
+    x1 = R.standard_normal((1, 2, 3)).astype(np.float32)
+    want, got = _ort(m, {"x1": x1}), _compile(m, "sink")[1].run({"x1": x1})
+    for k in ("same_upper", "same_lower"):
+        assert want[k].shape == (1, 1, 8) and got[k].shape == (1, 1, 9), (k, want[k].shape, got[k].shape)
+        np.testing.assert_allclose(got[k][..., :8], want[k], rtol=1e-5, atol=1e-6)
+        assert got[k][0, 0, 8] == 0
+
+
+def test_resize_follows_onnxruntimes_float32_arithmetic():
+    """Extents, scales and source coordinates are onnxruntime's float32 arithmetic (they
+    were float64, as ONNX's reference; each case below was off by an extent or an index):
+    0.7 on 10 is 7 (float64: 6); the float32 scale 4/7 puts index 2 at 3.4999998, which
+    onnxruntime's round_prefer_ceil takes for the tie 3.5 (within 1e-6), and 0.7 puts a
+    half_pixel index at 4.5 (float64: 4.50000009, rounded up); an output of the
+    input's shape is the input (1.26 on 3 is 3: onnxruntime copies); and with antialias an
+    axis whose extent does not change is left alone (1.1 on 3)."""
+    def resize(x, out, scales, **attrs):
+        return N("Resize", [x, "", f"{out}_s"], [out], **attrs), (f"{out}_s", np.array(scales, np.float32))
+
+    nearest = dict(mode="nearest", coordinate_transformation_mode="asymmetric")
+    specs = [resize("x10", "seven", [1, 0.7], nearest_mode="floor", **nearest),
+             resize("x15", "tie_ceil", [1, 4 / 7], nearest_mode="round_prefer_ceil", **nearest),
+             resize("x10", "tie_floor", [1, 0.7], mode="nearest", nearest_mode="round_prefer_floor"),
+             resize("x3", "same_shape", [1, 1.26], mode="linear"),
+             resize("x43", "antialias", [1.25, 1.1], mode="linear", antialias=1)]
+    feeds = {"x10": _quarters((2, 10)), "x15": R.standard_normal((2, 15)).astype(np.float32),
+             "x3": R.standard_normal((2, 3)).astype(np.float32), "x43": R.standard_normal((4, 3)).astype(np.float32)}
+    m = _model([n for n, _ in specs], [_vi(k, TP.FLOAT, list(v.shape)) for k, v in feeds.items()],
+               [_vi(n.output[0], TP.FLOAT) for n, _ in specs], [i for _, i in specs], opset=18)
+    _check(m, feeds)
+    got = _compile(m, "sink")[1].run(feeds)
+    assert got["seven"].shape == (2, 7)
+    np.testing.assert_array_equal(got["same_shape"], feeds["x3"])
+    np.testing.assert_array_equal(got["tie_ceil"][:, 2], feeds["x15"][:, 4])

@@ -6,8 +6,13 @@ auto_pad, output_shape. Each output extent is
 `stride * (in - 1) + output_padding + dilation * (kernel - 1) + 1 - pad_begin - pad_end`;
 with `output_shape` (or auto_pad SAME_UPPER/SAME_LOWER, whose output is `in * stride`)
 the pads follow from it: the total split evenly, the odd one at the end for SAME_UPPER,
-at the beginning otherwise (the ONNX text). `output_shape` may list the spatial extents
-or all of (N, M, spatial...).
+at the beginning otherwise (the ONNX text). An output larger than the full result (an
+`output_shape` past it, or SAME with a kernel shorter than the stride) grows at the end,
+with zeros (plus the bias), as onnxruntime pads an explicit `output_shape`; ONNX's text
+would give negative pads there. (For SAME with a kernel shorter than the stride,
+onnxruntime's output stops at the full result, short of the `in * stride` that ONNX's
+text and shape inference give; we keep ONNX's shape.) `output_shape` may list the
+spatial extents or all of (N, M, spatial...).
 
 Lowered as the convolution it is the gradient of: the input dilated by the strides, padded
 by `dilation * (kernel - 1)` less the pads (plus output_padding at the end), convolved
@@ -61,7 +66,10 @@ def _geometry(node, xshape, wshape):
     if want is not None:  # the pads follow from the output's extents
         pads = []
         for a in range(nd):
-            total = full[a] - want[a]  # < 0: the output grows past the full result, at the end
+            total = full[a] - want[a]
+            if total < 0:  # the output grows past the full result: zeros at the end (pads are never
+                pads.append((0, total))  # negative; onnxruntime likewise), a negative end pad here
+                continue
             small, big = total // 2, total - total // 2
             pads.append((small, big) if ap == "SAME_UPPER" else (big, small))
     elif ap == "VALID":

@@ -3,7 +3,9 @@
 The reduce ops take `axes` (or input 1), `keepdims` and `noop_with_empty_axes` as
 reduce_sum does (compiler/ops/math_ops.py, `_reduce_axes`). Over an empty extent
 reduce_max gives -inf (the dtype's minimum for integers, false for bool), reduce_min
-+inf (the maximum, true) and reduce_prod 1, as ONNX from opset 18 says. reduce_prod in
++inf (the maximum, true) and reduce_prod 1, as ONNX from opset 18 says; for int64 (and
+uint64's maximum) that extreme does not fit the 32-bit type the device holds it in, so
+an empty extent there is refused at compile time (as a constant out of that range is). reduce_prod in
 float16/bfloat16 is computed in float32 and cast back; integer products wrap. max/min
 propagate NaN. argmax/argmin return int64 (int32 on the device) indices of the first
 extreme value, or the last with `select_last_index`.
@@ -31,6 +33,11 @@ def _reduce_infer(node, ins):
     axes = _reduce_axes(node, len(x.shape))
     if axes is None:
         return [(x.dtype, x.shape)]
+    if x.dtype in ("int64", "uint64") and node.op != "reduce_prod" and 0 in [x.shape[a] for a in axes] \
+            and not (x.dtype == "uint64" and node.op == "reduce_max"):
+        fail(node, f"{node.op} over an empty extent of {fmt(x)} (axes {list(axes)}) gives the {x.dtype} "
+                   f"{'minimum' if node.op == 'reduce_max' else 'maximum'}, which the device's "
+                   f"{dtypes.NARROWED[x.dtype]} cannot hold")
     if flag_attr(node, "keepdims", 1):
         return [(x.dtype, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))]
     return [(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in axes))]

@@ -4,7 +4,7 @@ inputs and defaults onto this op).
 Supported: mode `nearest` (any dtype) with nearest_mode round_prefer_floor,
 round_prefer_ceil, floor or ceil, and mode `linear` (float dtypes), each with
 coordinate_transformation_mode half_pixel, half_pixel_symmetric, pytorch_half_pixel,
-align_corners or asymmetric; the output size from `scales` (floor(size * scale)) or
+align_corners or asymmetric; the output size from `scales` (size * scale, truncated) or
 `sizes` (with keep_aspect_ratio_policy stretch, not_larger or not_smaller), both
 static inputs, over every axis or the listed `axes`. Refused, naming the node and the
 attribute: mode cubic, tf_crop_and_resize (the only mode that reads `roi`) and
@@ -13,11 +13,22 @@ nearest_mode `simple` is ONNX Resize-10's rounding as onnxruntime implements it 
 opset-10 text leaves it open): the floor on an axis scaled up, the ceiling on one scaled
 down.
 
-Every source coordinate is static: the compiler computes them in float64 with numpy
-(as ONNX's reference does), so a kernel is one gather per resized axis (nearest) or
-two gathers and a blend with constant weights (linear, separable per axis, in float32
-for float16/bfloat16). Linear clamps source coordinates into the input, as the
-reference's edge padding and onnxruntime do.
+Every source coordinate is static: the compiler computes them with numpy, so a kernel
+is one gather per resized axis (nearest) or two gathers and a blend with constant
+weights (linear, separable per axis, in float32 for float16/bfloat16). Linear clamps
+source coordinates into the input, as the reference's edge padding and onnxruntime do.
+
+Sizes, scales and source coordinates follow onnxruntime's CPU kernel to the bit: they
+are float32 arithmetic with its expressions (an output extent is the float32 product
+`scale * size` truncated; a scale from `sizes` is the float32 quotient), and an output
+of the input's shape is the input unchanged (onnxruntime copies it, whatever the
+scales), as is, with antialias, an axis whose extent does not change (onnxruntime's
+antialias kernel leaves it alone; its plain linear kernel does not). The round_prefer_*
+modes take a coordinate within 1e-6 of a half for the tie, as onnxruntime does.
+ONNX's reference evaluator and shape inference compute in float64 instead:
+with a scale that is not a power of two they can differ by one in an output extent
+(0.7 on 10: 7 here and in onnxruntime, 6 there) or round a nearest-mode tie the other
+way (the float32 scale 2/3 puts index 1 at 1.5 in float32, below it in float64).
 """
 
 import math
@@ -32,6 +43,7 @@ MODES = ("nearest", "linear")
 COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple")
 ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
+F32 = np.float32
 
 
 def _choice(node, key, default, allowed, refused=()):
@@ -82,16 +94,21 @@ def _plan(node, shape):
     if scales:
         if any(s <= 0 for s in scales):
             fail(node, f"scales {list(scales)} must be > 0")
-        per = [(a, int(math.floor(shape[a] * s)), s) for a, s in zip(axes, scales)]
+        with np.errstate(over="ignore"):
+            extents = [F32(s) * F32(shape[a]) for a, s in zip(axes, scales)]
+        if not all(np.isfinite(extents)):
+            fail(node, f"scales {list(scales)} overflow float32 on input {list(shape)}")
+        per = [(a, int(n), float(F32(s))) for a, n, s in zip(axes, extents, scales)]
     else:
-        if any(shape[a] == 0 for a in axes):
-            fail(node, f"cannot resize the empty input {list(shape)} to sizes {list(sizes)}")
-        ratio = [n / shape[a] for a, n in zip(axes, sizes)]
+        for a, n in zip(axes, sizes):
+            if shape[a] == 0 and n != 0:
+                fail(node, f"cannot resize the empty axis {a} of input {list(shape)} to {n}")
+        ratio = [F32(n) / F32(shape[a]) if shape[a] else F32(1) for a, n in zip(axes, sizes)]
         if policy == "stretch":
-            per = [(a, n, r) for a, n, r in zip(axes, sizes, ratio)]
+            per = [(a, n, float(r)) for a, n, r in zip(axes, sizes, ratio)]
         else:
             r = min(ratio) if policy == "not_larger" else max(ratio)
-            per = [(a, int(r * shape[a] + 0.5), r) for a in axes]
+            per = [(a, int(_round_away(np.float64(r * F32(shape[a])))), float(r)) for a in axes]
     if flag_attr(node, "antialias", 0) and mode == "linear" and any(s < 1 for _, _, s in per):
         fail(node, "attribute 'antialias' 1 (an antialiasing filter when downscaling) is not supported")
     out = list(shape)
@@ -100,6 +117,10 @@ def _plan(node, shape):
             fail(node, f"cannot resize the empty axis {a} of input {list(shape)} to {n}")
         out[a] = n
     changed = [(a, n, s) for a, n, s in per if not (n == shape[a] and s == 1.0)]
+    if tuple(out) == tuple(shape):  # onnxruntime copies the input, whatever the scales
+        changed = []
+    if flag_attr(node, "antialias", 0) and mode == "linear":  # upscaling (see above): as onnxruntime
+        changed = [(a, n, s) for a, n, s in changed if n != shape[a]]
     return mode, ctm, nearest, changed, tuple(out)
 
 
@@ -111,61 +132,70 @@ def _resize_infer(node, ins):
     return [(x.dtype, out)]
 
 
+def _round_away(x):
+    """C's round(): halves away from zero (float64, exact on float32 values)."""
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
 def source_coords(ctm, n_in, n_out, scale):
-    """The input coordinate of each output index along one axis (float64)."""
-    y = np.arange(n_out, dtype=np.float64)
+    """The input coordinate of each output index along one axis: float32, with
+    onnxruntime's expressions and order of operations (half_pixel_symmetric in float64
+    from float32 terms, as it does)."""
+    y = np.arange(n_out, dtype=F32)
+    s, length, resized = F32(scale), F32(n_in), F32(n_out)
     if ctm == "asymmetric":
-        return y / scale
+        return y / s
     if ctm == "align_corners":
-        return np.zeros(n_out) if n_out == 1 else y * (n_in - 1) / (n_out - 1)
+        return np.zeros(n_out, F32) if n_out == 1 else y * (length - F32(1)) / (resized - F32(1))
     if ctm == "pytorch_half_pixel" and n_out == 1:
-        return np.zeros(n_out)
-    x = (y + 0.5) / scale - 0.5
+        return np.zeros(n_out, F32)
     if ctm == "half_pixel_symmetric":
-        x = x + (n_in / 2) * (1 - n_out / (scale * n_in))
-    return x
+        offset = (length / F32(2)) * (F32(1) - resized / (s * length))
+        return (np.float64(offset) + (y.astype(np.float64) + 0.5) / np.float64(s) - 0.5).astype(F32)
+    return (y + F32(0.5)) / s - F32(0.5)
 
 
 def nearest_index(x, mode, n_in, scale):
-    if mode == "simple":
-        mode = "ceil" if scale < 1 else "floor"
+    """Round float32 coordinates `x` to input indices as onnxruntime does, clamped. Its
+    round_prefer_* modes take a coordinate within 1e-6 of a half for the tie (a float32
+    coordinate from a rounded scale, 2/7 say, misses the half by an ulp or so)."""
+    x = np.asarray(x, np.float64)  # the float32 values exactly: the tests below are exact
     lo = np.floor(x)
-    frac = x - lo
-    if mode == "round_prefer_floor":
-        up = frac > 0.5
+    tie = np.abs(x - lo - 0.5) <= np.float64(F32(1e-6))
+    if mode == "simple":
+        i = np.ceil(x) if scale < 1 else np.trunc(x)
+    elif mode == "round_prefer_floor":
+        i = np.where(tie, lo, _round_away(x))
     elif mode == "round_prefer_ceil":
-        up = frac >= 0.5
+        i = np.where(tie, lo + 1, _round_away(x))
     elif mode == "ceil":
-        up = frac > 0
+        i = np.ceil(x)
     else:
-        up = np.zeros(x.shape, bool)
-    return np.clip(lo + up, 0, n_in - 1).astype(np.int32)
+        i = np.floor(x)
+    return np.clip(i, 0, n_in - 1).astype(np.int32)
 
 
 def resized_axes(node, shape):
-    """The logical axes `node` changes on an input of logical shape `shape`."""
-    return [a for a, _, _ in _plan(node, shape)[3]]
+    """The axes a resize of an input of `shape` changes."""
+    return [a for a, _, _ in _plan(node, tuple(shape))[3]]
 
 
-def resize_on(node, x, shape, device_axis=None):
-    """`node`'s resize of `x`, a device array holding a tensor of logical shape `shape`
-    with logical axis a at device axis `device_axis(a)` (default: a); every other device
-    axis is carried along (a storage format's padding lanes stay as they are: zeros
-    gathered, or blended, are zeros)."""
-    mode, ctm, nearest, changed, _ = _plan(node, shape)
+def resize_on(node, x, shape, axis_of=lambda a: a):
+    """Resize array `x`, which holds a tensor of logical `shape`: logical axis `a` is
+    x's axis `axis_of(a)` (a storage format's device axis; compiler/formats.py)."""
+    mode, ctm, nearest, changed, _ = _plan(node, tuple(shape))
     y = x if mode == "nearest" else x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
     for axis, n_out, scale in changed:
-        d = axis if device_axis is None else device_axis(axis)
-        n_in = shape[axis]
+        n_in, dev = shape[axis], axis_of(axis)
         src = source_coords(ctm, n_in, n_out, scale)
         if mode == "nearest":
-            y = jnp.take(y, nearest_index(src, nearest, n_in, scale), axis=d)
+            y = jnp.take(y, nearest_index(src, nearest, n_in, scale), axis=dev)
             continue
-        src = np.clip(src, 0, n_in - 1)
+        src = np.clip(src, 0, n_in - 1).astype(np.float64)
         i0 = np.floor(src).astype(np.int32)
         i1 = np.minimum(i0 + 1, n_in - 1).astype(np.int32)
-        w = (src - i0).reshape((-1,) + (1,) * (y.ndim - d - 1)).astype(np.dtype(y.dtype))
-        y = jnp.take(y, i0, axis=d) * (1 - w) + jnp.take(y, i1, axis=d) * w
+        w = (src - i0).reshape((-1,) + (1,) * (y.ndim - dev - 1)).astype(np.dtype(y.dtype))
+        y = jnp.take(y, i0, axis=dev) * (1 - w) + jnp.take(y, i1, axis=dev) * w
     return y.astype(x.dtype)
 
 
