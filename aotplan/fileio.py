@@ -16,7 +16,8 @@ import numpy as np
 from aotplan.errors import AotplanError
 
 
-def _umask():
+def umask():
+    """This process's umask: from /proc where there is one (os.umask can only read it by setting it)."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -48,7 +49,7 @@ def atomic_write(path, data):
         with open(path, "wb") as f:
             f.write(data)
         return
-    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~umask()
     d = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
     try:

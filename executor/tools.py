@@ -16,7 +16,7 @@ import numpy as np
 
 from aotplan import dtypes, formats
 from aotplan.errors import AotplanError
-from aotplan.fileio import _umask
+from aotplan.fileio import umask
 
 
 # ------------------------------------------------------------------ allocation check
@@ -246,20 +246,23 @@ def device_from_arena(arena_bytes, t):
     return np.frombuffer(raw, dtype=np.uint8, count=n * dt.itemsize).view(dt).reshape(t.device_shape).copy()
 
 
+def _logical(dev, t):
+    """Plan tensor `t`'s device array (its format's layout) -> its logical value."""
+    # (reshaped back: np.ascontiguousarray makes a 0-d array 1-d)
+    return dtypes.from_storage(np.ascontiguousarray(formats.from_device(dev, t.shape, t.format)).reshape(t.shape),
+                               t.dtype)
+
+
 def tensor_from_arena(arena_bytes, t):
     """The logical value of plan tensor `t` from a host copy of the arena's bytes."""
-    # (reshaped back: np.ascontiguousarray makes a 0-d array 1-d)
-    return dtypes.from_storage(np.ascontiguousarray(formats.from_device(device_from_arena(arena_bytes, t), t.shape,
-                                                                        t.format)).reshape(t.shape), t.dtype)
+    return _logical(device_from_arena(arena_bytes, t), t)
 
 
 def constant_value(t, data):
     """The logical value of constant tensor `t` from its plan bytes (`PlanConstant.data`)."""
     dt = dtypes.np_dtype(dtypes.storage_dtype(t.dtype))
     n = int(np.prod(t.device_shape, dtype=np.int64))
-    dev = np.frombuffer(data, dtype=dt, count=n).reshape(t.device_shape)
-    return dtypes.from_storage(np.ascontiguousarray(formats.from_device(dev, t.shape, t.format)).reshape(t.shape),
-                               t.dtype)
+    return _logical(np.frombuffer(data, dtype=dt, count=n).reshape(t.device_shape), t)
 
 
 def completed_after(plan):
@@ -402,7 +405,7 @@ def dump(session, feeds, directory, keep=()):
             if top is not None:
                 os.makedirs(parent)
             work = tempfile.mkdtemp(prefix=_DUMP_TEMP, dir=parent)
-            os.chmod(work, 0o777 & ~_umask())  # as os.makedirs would make DIR (mkdtemp: 0700)
+            os.chmod(work, 0o777 & ~umask())  # as os.makedirs would make DIR (mkdtemp: 0700)
         rows, taken = [], set()
         derived = {i for v in completed_after(plan).values() for i in v}
         written = {i for l in plan.launches for i in l.writes}
