@@ -49,7 +49,17 @@ def _before_fork():
             _jax_pid = os.getpid()
 
 
-os.register_at_fork(before=_before_fork)
+# Forks seen by this process's line: a session compares it with the count at its load
+# (a global read per step, where os.getpid() is a system call).
+_forks = 0
+
+
+def _after_fork_in_child():
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def _fork_message(what, parent):
@@ -245,7 +255,7 @@ class Session:
     def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None):
         t0 = time.perf_counter()
         _check_not_forked("Session")
-        self._pid = os.getpid()
+        self._pid, self._forks = os.getpid(), _forks
         self.device = resolve_device(device)
         self._host_memory = _host_is_device(self.device)
         self._devices = {self.device}  # what a device-array feed's devices() must be
@@ -267,6 +277,8 @@ class Session:
         # (anything else takes check_feeds' full path, which gives the same arrays)
         self._plain_feeds = None if any(t.dtype in dtypes.NARROWED for t in self._inputs) else \
             [(t.name, tuple(t.shape), dtypes.np_dtype(t.dtype)) for t in self._inputs]
+        self._device_feeds = [(t.name, tuple(t.shape), dtypes.np_dtype(dtypes.storage_dtype(t.dtype)))
+                              for t in self._inputs]
         words = plan.arena_bytes // formats.WORD_BYTES
         arena_sig = [((words,), "uint32")]
         sig = lambda idx: [(T[i].shape, dtypes.storage_dtype(T[i].dtype)) for i in idx]  # noqa: E731
@@ -340,6 +352,10 @@ class Session:
             self._launches.append((self._kernels[l.kernel], extra, k.feeds, k.returns))
         self._in_kernel = self._kernels[plan.input_kernel] if plan.input_kernel >= 0 else None
         self._out_kernel = self._kernels[plan.output_kernel] if plan.output_kernel >= 0 else None
+        # a sink (one launch that takes the feeds and returns the outputs): _step calls it
+        # alone, without the launch loop (a few microseconds of a small model's step)
+        one = self._launches[0] if len(self._launches) == 1 else None
+        self._sink = one[:2] if one and one[2] and one[3] and not (self._in_kernel or self._out_kernel) else None
         self._words = words
         self._place = self._kernels[plan.place_kernel] if plan.place_kernel >= 0 else None
         # the arena constants' host bytes (views of the plan's), to place them again if a
@@ -451,11 +467,23 @@ class Session:
         never makes a hidden cross-device copy; `jax.device_put(a, session.device)`
         moves it once, where the caller can see the cost."""
         plain = self._plain_feeds
-        if plain is not None and type(feeds) is dict and len(feeds) == len(plain):
+        if type(feeds) is dict and len(feeds) == len(self._inputs):
+            if plain is not None:
+                args = []
+                for name, shape, dtype in plain:
+                    a = feeds.get(name)
+                    if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                        break
+                    args.append(a)
+                else:
+                    return args
+            # the common device feed: every input a live jax.Array of its storage dtype
+            # and shape on the session's device alone (what the full path below accepts)
             args = []
-            for name, shape, dtype in plain:
+            for name, shape, dtype in self._device_feeds:
                 a = feeds.get(name)
-                if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                if (not isinstance(a, jax.Array) or a.dtype != dtype or a.shape != shape or a.is_deleted()
+                        or a.devices() != self._devices):
                     break
                 args.append(a)
             else:
@@ -530,8 +558,9 @@ class Session:
 
     def _check_process(self, what):
         """ForkError where this process is a fork of the one that loaded the session.
-        Called before the session's lock: a fork may have copied it held."""
-        if os.getpid() != self._pid:
+        Called before the session's lock: a fork may have copied it held. (Forks are
+        counted by an os.register_at_fork hook: every fork made through Python.)"""
+        if _forks != self._forks:
             raise ForkError(_fork_message(what, self._pid))
 
     def _step(self, args, after=None):
@@ -542,6 +571,10 @@ class Session:
         arena = self._arena
         if arena.is_deleted():  # a step was interrupted while a kernel held it
             arena = self._arena = self._fresh_arena()
+        if self._sink is not None and after is None:
+            kernel, extra = self._sink
+            self._arena, *outs = kernel(arena, *extra, *args)  # (nothing to keep if it raises)
+            return outs
         try:  # every launch donates the arena: keep the live one, whatever stops the step
             if self._in_kernel is not None:
                 arena = self._in_kernel(arena, *args)

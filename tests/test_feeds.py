@@ -43,3 +43,26 @@ def test_plain_feeds_pass_as_they_are_and_the_rest_take_the_full_check(examples)
         sess.check_feeds({"image": np.ma.masked_array(image)})
     with pytest.raises(FeedError, match=r"unknown input 'extra'"):
         sess.check_feeds({"image": image, "extra": image})
+
+
+@pytest.mark.parametrize("bad,pattern", [
+    (lambda a: a[:1], r"input 'image': expected float32\[2, 3, 32, 32\], got device array float32\[1, 3, 32, 32\]"),
+    (lambda a: a.astype("int32"), r"input 'image': expected float32\[2, 3, 32, 32\], got device array int32"),
+    (lambda a: a.astype("bfloat16"), r"got device array bfloat16"),
+])
+def test_device_feeds_take_the_fast_check_and_the_rest_the_full_one(examples, bad, pattern):
+    """Device arrays of the storage dtype and shape on the session's device are handed on
+    as they are (the fast check); an array that fails any part of it meets the full
+    check and its error, and the arena is untouched."""
+    import jax
+
+    graph, _, sess = examples["cnn"]
+    feeds = random_feeds(graph, 5)
+    want = sess.run(feeds)["fc"]
+    dev = {"image": jax.device_put(feeds["image"], sess.device)}
+    assert sess.check_feeds(dev)[0] is dev["image"]
+    np.testing.assert_array_equal(np.asarray(sess.run(dev, device_outputs=True)["fc"]), want)
+    before = np.asarray(sess._arena).copy()
+    with pytest.raises(FeedError, match=pattern):
+        sess.run({"image": bad(dev["image"])})
+    np.testing.assert_array_equal(np.asarray(sess._arena), before)

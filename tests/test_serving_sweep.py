@@ -43,10 +43,14 @@ def test_a_step_interrupted_inside_a_kernel_leaves_a_usable_session(mode_example
     feeds = [random_feeds(graph, s) for s in range(2)]
     want = [sess.run(f) for f in feeds]
     kernel, *rest = sess._launches[-1]
+    sink = sess._sink  # a sink's one launch, as _step calls it
+    assert (sink is not None) == (mode == "sink")
     sess._launches[-1] = (_interrupt_after(kernel), *rest)
+    if sink:
+        sess._sink = (_interrupt_after(sink[0]), sink[1])
     with pytest.raises(_Interrupt):
         sess.run(feeds[0])
-    sess._launches[-1] = (kernel, *rest)
+    sess._launches[-1], sess._sink = (kernel, *rest), sink
     _check(sess, feeds[1], want[1])
     _check(sess, feeds[0], want[0])
     if sess._in_kernel is not None:  # the input kernel donates the arena too
