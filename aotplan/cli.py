@@ -208,10 +208,14 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
                    "= nc1hwc0 blocked channels; auto = the policy the target's measured cost table says is "
                    "fastest for this model. Ops without a lowering for a format run in default, with conversions "
                    "(transdata) inserted; inputs and outputs stay logical. See docs/formats.md.")
+@click.option("--no-conv-bands", is_flag=True,
+              help="Kernel and fused mode: never split a convolution into row bands (default: the launches with "
+                   "the largest workspace, XLA's temp bytes, have their large convolutions computed in row bands "
+                   "where that lowers the plan's max workspace; the same sums, a band's input and result at a time).")
 @_handle_errors
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, fuse_min_flops,
                 no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement, schedule,
-                format_policy):
+                format_policy, no_conv_bands):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     from aotplan import codec
     from aotplan.fileio import atomic_write
@@ -221,7 +225,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                             disabled=frozenset(disabled), launch=launch, reuse=not no_kernel_reuse,
                             embed_native=embed_executables, inplace=not no_inplace, views=not no_views,
                             placement=placement,
-                            schedule=schedule, format_policy=format_policy,
+                            schedule=schedule, format_policy=format_policy, conv_bands=not no_conv_bands,
                             targets={"host": (), "both": ("cpu", "cuda")}.get(target, (target,)),
                             **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}))
     key = codec.read_key(sign_key) if sign_key else None

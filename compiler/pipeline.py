@@ -54,6 +54,8 @@ class Options:
     # "auto" where that does not raise the peak, "always", or "off"
     schedule: str = "memory"  # "memory": the order with the lowest peak; "default": model order
     format_policy: str = "auto"  # storage formats of activations (passes/layout.py)
+    conv_bands: bool = True  # kernel/fused: the widest launches' convolutions in row bands, where
+    # that lowers the plan's max workspace (passes/lower.py, _band_widest)
 
     def runs(self, name):
         if name == "weight_layout" and self.platforms() != ("cpu",):
@@ -225,7 +227,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
 
         native_for = jax.devices()[0]
     lowered = lower.run(groups, labels, live, mem, graph.outputs, options.launch, options.reuse, native_for, progress,
-                        options.targets, p.info, p.layout.formats)
+                        options.targets, p.info, p.layout.formats, options.conv_bands)
     debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches")
     passes = tuple(p for p in CLEANUP_PASSES if options.runs(p))
     plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes, options.launch,

@@ -4,6 +4,9 @@
 Reductions in float16/bfloat16 (softmax, layernorm, batchnorm, average pooling) are
 computed in float32 and cast back, as ONNX's stash_type=1 does."""
 
+import contextlib
+import contextvars
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -264,8 +267,11 @@ def conv_lowered(node, x, w, b=None, logical=None, channels_last=False):
     wspec = sp + "IO" if node.attr("weight_layout", "OIS") == "SIO" else "OI" + sp
     act = "N" + sp + "C" if channels_last else "NC" + sp
     dn = lax.conv_dimension_numbers(x.shape, w.shape, (act, wspec, act))
-    y = lax.conv_general_dilated(x, w, window_strides=s, padding=pads, rhs_dilation=d,
-                                 feature_group_count=node.attr("group", 1), dimension_numbers=dn)
+    conv = lambda x, pads: lax.conv_general_dilated(  # noqa: E731
+        x, w, window_strides=s, padding=pads, rhs_dilation=d, feature_group_count=node.attr("group", 1),
+        dimension_numbers=dn)
+    bands = _CONV_BANDS.get().get(node.name, 1)
+    y = _in_bands(conv, x, k[0], s[0], d[0], pads, 1 if channels_last else 2, bands) if bands > 1 else conv(x, pads)
     if b is not None:
         y = y + (b if channels_last else b.reshape((1, -1) + (1,) * nd))
     return y
@@ -273,6 +279,50 @@ def conv_lowered(node, x, w, b=None, logical=None, channels_last=False):
 
 def _conv(node, x, w, b=None):
     return (conv_lowered(node, x, w, b),)
+
+
+# Convolutions lowered in row bands (node name -> bands), set by the lowering while it
+# traces a kernel (compiler/passes/lower.py: where a launch's workspace sets the plan's).
+_CONV_BANDS = contextvars.ContextVar("conv_bands", default={})
+
+
+@contextlib.contextmanager
+def conv_bands(bands):
+    token = _CONV_BANDS.set(dict(bands))
+    try:
+        yield
+    finally:
+        _CONV_BANDS.reset(token)
+
+
+def band_rows(out_rows, bands):
+    """Output rows per band: `bands` bands of equal rows (the last may have fewer)."""
+    return -(-out_rows // bands)
+
+
+def _in_bands(conv, x, k, s, d, pads, axis, bands):
+    """conv(x, pads) computed as up to `bands` convolutions over bands of output rows
+    (the first spatial axis, `axis` of x), each reading only the input rows its band's
+    windows cover, then concatenated: the same sums per output element. XLA copies a
+    convolution's input out of the arena; a band's copy is a band's rows, made just
+    before its convolution, and the concatenation fuses into the loop that consumes
+    it (e.g. bias + relu + the write to the arena). Whether that lowers a kernel's
+    temp bytes depends on what else the kernel holds: passes/lower.py measures it.
+    Zero padding at the top and bottom becomes each band's own."""
+    size = x.shape[axis]
+    (top, bottom), rest = pads[0], list(pads[1:])
+    span = d * (k - 1) + 1
+    out = (size + top + bottom - span) // s + 1
+    rows = band_rows(out, bands)
+    ys = []
+    for r0 in range(0, out, rows):
+        r1 = min(r0 + rows, out)
+        first, end = r0 * s - top, (r1 - 1) * s - top + span  # the input rows the band reads
+        lo, hi = max(first, 0), min(end, size)
+        if hi <= lo:  # a band inside the padding alone: no input rows to slice
+            return conv(x, pads)
+        ys.append(conv(lax.slice_in_dim(x, lo, hi, axis=axis), [(lo - first, end - hi)] + rest))
+    return lax.concatenate(ys, axis) if len(ys) > 1 else ys[0]
 
 
 CONV_ATTRS = ("strides", "pads", "dilations", "group", "auto_pad", "kernel_shape", "weight_layout")

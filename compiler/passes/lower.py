@@ -25,12 +25,14 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax._src import config as jax_config
 
 from aotplan import dtypes, formats, native, xla_options
 from aotplan.errors import ModelError
 from compiler import arena_io
 from compiler import formats as cformats
+from compiler.ops import nn
 
 
 @dataclass(frozen=True)
@@ -161,16 +163,61 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, 
     return kernel, pool_reads
 
 
+MAX_BANDS = 8  # row bands of one convolution, at most
+_BAND_SHARE = 2  # a convolution is banded if its input and output take 1/_BAND_SHARE of the workspace, at least
+
+
+def _band_widest(kernels, first, groups, info, lower_group):
+    """Lower the kernels with the largest workspace (XLA's temp bytes: the max sets the
+    step's device memory) again with their large convolutions in row bands, while that
+    lowers the max. A convolution's input (XLA copies it out of the arena) and its
+    result are XLA temps; in bands, they are a band's (nn._in_bands). Each round takes
+    every kernel at the max, doubles the bands (from 2) of its convolutions whose input
+    and output are at least half its workspace, and keeps the new kernels only if all
+    of them come out smaller (else the max would not drop: their speed is kept).
+    `kernels` is updated in place; `first`: kernel -> its first launch."""
+    tried = {k: {} for k in first}
+    while True:
+        top = max((kernels[k].workspace_bytes for k in first), default=0)
+        if top == 0:
+            return
+        batch = {}
+        for k in sorted(first):
+            if kernels[k].workspace_bytes != top:
+                continue
+            bands = dict(tried[k])
+            for n in groups[first[k]]:
+                if n.op not in ("conv", "conv2d") or len(info[n.inputs[0]].shape) < 3:
+                    continue
+                x, y = info[n.inputs[0]], info[n.outputs[0]]
+                size = sum(int(np.prod(t.shape, dtype=np.int64)) * np.dtype(dtypes.np_dtype(
+                    dtypes.storage_dtype(t.dtype))).itemsize for t in (x, y))
+                more = min(2 * bands.get(n.name, 1), MAX_BANDS, y.shape[2])
+                if size * _BAND_SHARE >= top and more > bands.get(n.name, 1):
+                    bands[n.name] = more
+            if bands == tried[k]:
+                return  # a kernel at the max with nothing (more) to band: the max stays
+            batch[k] = bands
+        new = {k: lower_group(first[k], kernels[k].name, bands)[0] for k, bands in batch.items()}
+        if any(new[k].workspace_bytes >= top for k in new):
+            return
+        for k, lk in new.items():
+            kernels[k] = lk
+            tried[k] = batch[k]
+
+
 def _kernel_name(k, group):
     ops_ = [n.op for n in group]
     return f"k{k}_{ops_[0]}" + (f"+{len(ops_) - 1}" if len(ops_) > 1 else "")
 
 
 def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None,
-        targets=None, info=None, fmts=None):
+        targets=None, info=None, fmts=None, bands=True):
     """-> Lowered. `groups`/`labels`: the launches (passes/group.py); `targets`: the
     platforms to export for (default: this host's); `info`: tensor name -> logical
-    TensorInfo; `fmts`: tensor name -> storage format (passes/layout.py)."""
+    TensorInfo; `fmts`: tensor name -> storage format (passes/layout.py); `bands`:
+    lower the widest launches' convolutions in row bands where that lowers the plan's
+    workspace (`_band_widest`; kernel and fused mode)."""
     fmts = fmts or {}
     recs, idx, offsets = liveness.tensors, liveness.index(), mem.offsets
     arena_spec = jax.ShapeDtypeStruct((mem.arena_bytes // formats.WORD_BYTES,), jnp.uint32)
@@ -195,28 +242,42 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     for key in keys:
         uses[key] = uses.get(key, 0) + 1
     made = {}
-    for s, group in enumerate(groups):
+
+    def lower_group(s, name, bands=None):
+        """-> LoweredKernel of launch s's group (its convolutions in `bands`: name -> bands)."""
+        group = groups[s]
         reads, writes = liveness.steps[s]
+        takes_feeds, gives_outputs = ends[s]
+        dynamic = reuse and not sink and uses[keys[s]] > 1 and not (takes_feeds or gives_outputs)
+        feeds = tuple(inputs) if takes_feeds else ()
+        fn, pool_reads = _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds,
+                                       tuple(outputs) if gives_outputs else None, info, fmts)
+        n_off = sum(1 for t in reads if recs[t].storage == "arena") + len(writes) if dynamic else 0
+        specs = [arena_spec] + [_spec(recs[t]) for t in pool_reads]
+        if dynamic:
+            specs.append(jax.ShapeDtypeStruct((n_off,), jnp.int32))
+        specs += [_spec(recs[t]) for t in feeds]
+        with nn.conv_bands(bands or {}):
+            blob, temp, alias, nat, moves = export(name, fn, specs)
+        return LoweredKernel(name, blob, temp, n_off, takes_feeds, gives_outputs, nat, alias, moves), dynamic
+
+    first = {}  # kernel -> the first launch it runs
+    for s, group in enumerate(groups):
         key = keys[s]
         if key in made:
             k = made[key]
         else:
-            takes_feeds, gives_outputs = ends[s]
-            dynamic = reuse and not sink and uses[key] > 1 and not (takes_feeds or gives_outputs)
-            feeds = tuple(inputs) if takes_feeds else ()
-            fn, pool_reads = _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds,
-                                           tuple(outputs) if gives_outputs else None, info, fmts)
-            n_off = sum(1 for t in reads if recs[t].storage == "arena") + len(writes) if dynamic else 0
-            specs = [arena_spec] + [_spec(recs[t]) for t in pool_reads]
-            if dynamic:
-                specs.append(jax.ShapeDtypeStruct((n_off,), jnp.int32))
-            specs += [_spec(recs[t]) for t in feeds]
-            k = add(_kernel_name(len(kernels), group), fn, specs, n_off, takes_feeds, gives_outputs)
+            lk, dynamic = lower_group(s, _kernel_name(len(kernels), group))
+            kernels.append(lk)
+            k = len(kernels) - 1
+            first[k] = s
             if dynamic:
                 made[key] = k
         launches.append((k, labels[s], tuple(n.name for n in group)))
         if progress:
             progress(1)
+    if bands and not sink and info is not None:
+        _band_widest(kernels, first, groups, info, lower_group)
 
     in_k = out_k = -1
     if not io_in_launches:
