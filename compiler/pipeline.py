@@ -56,6 +56,7 @@ class Options:
     format_policy: str = "auto"  # storage formats of activations (passes/layout.py)
     conv_bands: bool = True  # kernel/fused: the widest launches' convolutions in row bands, where
     # that lowers the plan's max workspace (passes/lower.py, _band_widest)
+    split_groups: bool = True  # fused: split the widest group where that lowers the step's memory
 
     def runs(self, name):
         if name == "weight_layout" and self.platforms() != ("cpu",):
@@ -137,8 +138,9 @@ class Planned:
     layout: object = None  # passes.layout.Layout: formats, conversions, the policy applied
 
 
-def plan_graph(graph, options=Options()):
-    """Graph -> Planned: clean-up, schedule, grouping, lifetimes, bounds, placement."""
+def plan_graph(graph, options=Options(), cuts=frozenset()):
+    """Graph -> Planned: clean-up, schedule, grouping, lifetimes, bounds, placement.
+    `cuts`: names of nodes that start a fused group (compile_graph's splits)."""
     if options.weights not in WEIGHT_PLACEMENTS:
         raise ModelError(f"unknown weights placement {options.weights!r} (choose from {', '.join(WEIGHT_PLACEMENTS)})")
     if options.launch not in LAUNCH_MODES:
@@ -163,7 +165,8 @@ def plan_graph(graph, options=Options()):
 
     def plan_for(o, launch, view_map, parts, inplace=options.inplace):
         elided = set(view_map) | {p.concat for p in parts.values()}
-        gs = group.run([n for n in o if n.outputs[0] not in elided], launch, info, options.fuse_min_flops, sizes)
+        gs = group.run([n for n in o if n.outputs[0] not in elided], launch, info, options.fuse_min_flops, sizes,
+                       cuts=cuts)
         lv = liveness.run(graph, gs, info, options.weights, materialize_all=launch == "kernel", inplace=inplace,
                           views=view_map, parts=parts, fmts=fmts)
         return gs, lv, _bound(lv)
@@ -218,22 +221,62 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
                          f"compile on a {'/'.join(platforms)} host to embed them, or leave out --embed-executables")
     output_names, n_nodes = graph.outputs, len(graph.nodes)
     p = plan_graph(graph, options)
-    graph, groups, labels, live, mem = p.graph, p.groups, p.labels, p.live, p.mem
     if on_start:
-        on_start(len(groups))
+        on_start(len(p.groups))
     native_for = None
     if options.embed_native:
         import jax
 
         native_for = jax.devices()[0]
-    lowered = lower.run(groups, labels, live, mem, graph.outputs, options.launch, options.reuse, native_for, progress,
-                        options.targets, p.info, p.layout.formats, options.conv_bands)
+
+    def lowered_for(p, progress=None):
+        return lower.run(p.groups, p.labels, p.live, p.mem, p.graph.outputs, options.launch, options.reuse, native_for,
+                         progress, options.targets, p.info, p.layout.formats, options.conv_bands)
+
+    lowered = lowered_for(p, progress)
+    if options.launch == "fused" and options.split_groups:
+        p, lowered = _split_widest(p, lowered, graph, options, lowered_for)
+    graph, groups, live, mem = p.graph, p.groups, p.live, p.mem
     debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches")
     passes = tuple(p for p in CLEANUP_PASSES if options.runs(p))
     plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes, options.launch,
                     (p.plain_bound, p.shared_bound))
     verify.verify(plan)
     return Result(plan, time.perf_counter() - t0, n_nodes, format_stats(p, lowered))
+
+
+MAX_SPLITS = 4  # fused groups split for memory, at most
+
+
+def _step_bytes(p, lowered):
+    return p.mem.arena_bytes + max((k.workspace_bytes for k in lowered.kernels), default=0)
+
+
+def _split_widest(p, lowered, graph, options, lowered_for):
+    """Fused mode: split the group whose kernel has the plan's largest workspace (XLA's
+    temps) at its narrowest point between two contractions, plan and lower again, and
+    keep the split if arena + max workspace (the step's device memory beyond the
+    constant pool) drops; repeat up to MAX_SPLITS times. A group that chains several
+    large convolutions (a UNet decoder stage: conv, upsampling, projection, concat with
+    the skip, conv) holds their inputs and results as temps at once; split, the tensor
+    at the cut goes to the arena, where the planner shares its bytes, and each part's
+    convolutions can be banded (passes/lower.py)."""
+    cuts = frozenset()
+    for _ in range(MAX_SPLITS):
+        top = max(range(len(lowered.launches)), key=lambda s: (lowered.kernels[lowered.launches[s][0]].workspace_bytes,
+                                                                -s))
+        order = [n for g in p.groups for n in g]
+        sizes = {t: formats.nbytes(i.shape, i.dtype, p.layout.formats.get(t, "default")) for t, i in p.info.items()}
+        at = group.split_point(order, p.groups[top], sizes)
+        if at is None:
+            break
+        q = plan_graph(graph, options, cuts | {at})
+        lq = lowered_for(q)
+        debug.log(1, f"split before {at!r}: step bytes {_step_bytes(p, lowered)} -> {_step_bytes(q, lq)}")
+        if _step_bytes(q, lq) >= _step_bytes(p, lowered):
+            break
+        p, lowered, cuts = q, lq, cuts | {at}
+    return p, lowered
 
 
 def format_stats(p, lowered):

@@ -83,3 +83,53 @@ def test_sink_plans_are_not_banded():
     a, _ = compile_and_load(g, launch="sink", conv_bands=False, format_policy="default")
     b, _ = compile_and_load(g, launch="sink", conv_bands=True, format_policy="default")
     assert [k.exported for k in a.kernels] == [k.exported for k in b.kernels]
+
+
+def _decoder_stage():
+    """A UNet decoder stage in one fused group: conv -> relu -> 1x1 projection -> concat
+    with the skip (the input) -> conv."""
+    rng = np.random.default_rng(1)
+    c = 8
+    ws = {n: (rng.standard_normal(s) * 0.2).astype(np.float32)
+          for n, s in (("w1", (c, c, 3, 3)), ("w2", (c, c, 1, 1)), ("w3", (c, 2 * c, 3, 3)))}
+    nodes = (Node("c1", "conv", ("x", "w1"), ("h1",), freeze({"pads": [1, 1, 1, 1]})),
+             Node("r1", "relu", ("h1",), ("a1",), ()),
+             Node("proj", "conv", ("a1", "w2"), ("p",), ()),
+             Node("cat", "concat", ("p", "x"), ("pc",), freeze({"axis": 1})),
+             Node("c3", "conv", ("pc", "w3"), ("y",), freeze({"pads": [1, 1, 1, 1]})))
+    consts = tuple(Constant(n, "float32", a.shape, a) for n, a in ws.items())
+    return Graph("stage", (TensorInfo("x", "float32", (1, c, 48, 48)),), ("y",), nodes, consts)
+
+
+def test_cuts_start_fused_groups_and_split_point_is_between_contractions():
+    from compiler import pipeline
+    from compiler.passes import group
+
+    g = _decoder_stage()
+    p = pipeline.plan_graph(g, pipeline.Options(launch="fused", fuse_min_flops=10**12, format_policy="default"))
+    assert len(p.groups) == 1
+    order = list(p.groups[0])
+    sizes = {t: int(np.prod(i.shape)) * 4 for t, i in p.info.items()}
+    at = group.split_point(order, p.groups[0], sizes)
+    names = [n.name for n in order]
+    assert names.index("c1") < names.index(at) <= names.index("c3")
+    cut = pipeline.plan_graph(g, pipeline.Options(launch="fused", fuse_min_flops=10**12, format_policy="default"),
+                              cuts=frozenset({at}))
+    assert [[n.name for n in grp] for grp in cut.groups] == [names[:names.index(at)], names[names.index(at):]]
+    assert group.split_point(order, (order[0],), sizes) is None  # one contraction: nothing to split
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_fused_splits_never_raise_the_step_memory(split):
+    """compile_graph keeps a split only where arena + max workspace drops; the outputs
+    are the reference's either way."""
+    g = _decoder_stage()
+    opts = dict(launch="fused", fuse_min_flops=10**12, format_policy="default")
+    base, _ = compile_and_load(g, split_groups=False, **opts)
+    plan, sess = compile_and_load(g, split_groups=split, **opts)
+    step = lambda pl: pl.memory.arena_bytes + pl.memory.max_workspace_bytes  # noqa: E731
+    assert step(plan) <= step(base)
+    if step(plan) == step(base):
+        assert len(plan.launches) == len(base.launches)
+    feeds = random_feeds(g, 2)
+    np.testing.assert_allclose(sess.run(feeds)["y"], reference.evaluate(g, feeds)["y"], rtol=1e-4, atol=1e-4)

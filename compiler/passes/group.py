@@ -70,11 +70,12 @@ def flops(node, info):
     return out
 
 
-def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None, lookahead=LOOKAHEAD):
+def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None, lookahead=LOOKAHEAD, cuts=frozenset()):
     """-> tuple of tuples of nodes, in schedule order (`info`: tensor name ->
     TensorInfo, needed for fused mode; `sizes`: tensor name -> stored bytes, by
     default its logical bytes; `lookahead`: how far, in multiples of `min_flops`, a
-    group looks for a narrower place to end)."""
+    group looks for a narrower place to end; `cuts`: names of nodes that start a
+    fused group, whatever the rules above say: see split_point)."""
     if mode == "kernel":
         return tuple((n,) for n in order)
     if mode == "sink":
@@ -104,7 +105,29 @@ def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None, lookahead
         start = p
     if start < len(order):
         groups.append(tuple(order[start:]))
+    if cuts:
+        groups = [part for g in groups for part in _cut(g, cuts)]
     return tuple(groups)
+
+
+def _cut(g, cuts):
+    at = [0] + [i for i, n in enumerate(g) if i and n.name in cuts] + [len(g)]
+    return [g[a:b] for a, b in zip(at, at[1:])]
+
+
+def split_point(order, g, sizes):
+    """The node of fused group `g` (a run of `order`) before which to split it in two:
+    the point between its first and last contraction where the fewest bytes cross (the
+    latest on ties), or None if it holds fewer than two. The compiler splits the group
+    with the plan's largest workspace here, and keeps the split only if the step's
+    device memory drops (pipeline.compile_graph)."""
+    anchors = [i for i, n in enumerate(g) if n.op in ANCHORS]
+    if len(anchors) < 2:
+        return None
+    cross = _crossing(order, sizes)
+    base = order.index(g[0])
+    p = min(range(anchors[0] + 1, anchors[-1] + 1), key=lambda i: (cross[base + i], -i))
+    return g[p].name
 
 
 def _crossing(order, sizes):
