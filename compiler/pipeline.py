@@ -229,9 +229,9 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
 
         native_for = jax.devices()[0]
 
-    def lowered_for(p, progress=None):
+    def lowered_for(p, progress=None, only=None):
         return lower.run(p.groups, p.labels, p.live, p.mem, p.graph.outputs, options.launch, options.reuse, native_for,
-                         progress, options.targets, p.info, p.layout.formats, options.conv_bands)
+                         progress, options.targets, p.info, p.layout.formats, options.conv_bands, only=only)
 
     lowered = lowered_for(p, progress)
     if options.launch == "fused" and options.split_groups:
@@ -271,9 +271,20 @@ def _split_widest(p, lowered, graph, options, lowered_for):
         if at is None:
             break
         q = plan_graph(graph, options, cuts | {at})
+        # first a cheap look: lower only the two parts; the other groups' computations
+        # are unchanged (their offsets move, their temps do not)
+        parts = {s for s, g in enumerate(q.groups) for n in g[:1] if n.name == at}
+        parts |= {s - 1 for s in parts}
+        rest = max((lowered.kernels[k].workspace_bytes for s, (k, _, _) in enumerate(lowered.launches) if s != top),
+                   default=0)
+        guess = q.mem.arena_bytes + max([rest, *lowered_for(q, only=parts).values()])
+        now = _step_bytes(p, lowered)
+        debug.log(1, f"split before {at!r}: step bytes {now} -> about {guess}")
+        if guess >= now:
+            break
         lq = lowered_for(q)
-        debug.log(1, f"split before {at!r}: step bytes {_step_bytes(p, lowered)} -> {_step_bytes(q, lq)}")
-        if _step_bytes(q, lq) >= _step_bytes(p, lowered):
+        debug.log(1, f"split before {at!r}: step bytes {now} -> {_step_bytes(q, lq)}")
+        if _step_bytes(q, lq) >= now:
             break
         p, lowered, cuts = q, lq, cuts | {at}
     return p, lowered

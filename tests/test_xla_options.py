@@ -30,6 +30,10 @@ def test_options_only_for_cpu_and_not_over_the_users_xla_flags(monkeypatch):
     assert xla_options.for_platform("cuda") == {}
     assert xla_options.for_platform("cpu") == xla_options.CPU
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT")
+    assert "xla_cpu_experimental_ynn_fusion_type" not in xla_options.for_platform("cpu")  # the user's stands
+    assert xla_options.for_platform("cpu") == {k: v for k, v in xla_options.CPU.items()
+                                               if k != "xla_cpu_experimental_ynn_fusion_type"}
+    monkeypatch.setenv("XLA_FLAGS", " ".join(f"--{k}=x" for k in xla_options.CPU))
     assert xla_options.for_platform("cpu") == {}
 
 

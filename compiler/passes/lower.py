@@ -212,12 +212,14 @@ def _kernel_name(k, group):
 
 
 def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None,
-        targets=None, info=None, fmts=None, bands=True):
+        targets=None, info=None, fmts=None, bands=True, only=None):
     """-> Lowered. `groups`/`labels`: the launches (passes/group.py); `targets`: the
     platforms to export for (default: this host's); `info`: tensor name -> logical
     TensorInfo; `fmts`: tensor name -> storage format (passes/layout.py); `bands`:
     lower the widest launches' convolutions in row bands where that lowers the plan's
-    workspace (`_band_widest`; kernel and fused mode)."""
+    workspace (`_band_widest`; kernel and fused mode). With `only` (launch indices),
+    lowers just those launches and returns {launch: workspace bytes} (banded as if
+    they were the whole plan): a cheap look at a regrouping (pipeline._split_widest)."""
     fmts = fmts or {}
     recs, idx, offsets = liveness.tensors, liveness.index(), mem.offsets
     arena_spec = jax.ShapeDtypeStruct((mem.arena_bytes // formats.WORD_BYTES,), jnp.uint32)
@@ -264,6 +266,8 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     first = {}  # kernel -> the first launch it runs
     for s, group in enumerate(groups):
         key = keys[s]
+        if only is not None and s not in only:
+            continue
         if key in made:
             k = made[key]
         else:
@@ -278,6 +282,8 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
             progress(1)
     if bands and not sink and info is not None:
         _band_widest(kernels, first, groups, info, lower_group)
+    if only is not None:
+        return {s: kernels[k].workspace_bytes for k, s in first.items()}
 
     in_k = out_k = -1
     if not io_in_launches:
