@@ -229,9 +229,10 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
 
         native_for = jax.devices()[0]
 
-    def lowered_for(p, progress=None, only=None):
+    def lowered_for(p, progress=None, only=None, band_floor=lower.MIN_REFINED_WORKSPACE):
         return lower.run(p.groups, p.labels, p.live, p.mem, p.graph.outputs, options.launch, options.reuse, native_for,
-                         progress, options.targets, p.info, p.layout.formats, options.conv_bands, only=only)
+                         progress, options.targets, p.info, p.layout.formats, options.conv_bands, only=only,
+                         band_floor=band_floor)
 
     lowered = lowered_for(p, progress)
     if options.launch == "fused" and options.split_groups:
@@ -256,7 +257,8 @@ def _split_widest(p, lowered, graph, options, lowered_for):
     """Fused mode: split the group whose kernel has the plan's largest workspace (XLA's
     temps) at its narrowest point between two contractions, plan and lower again, and
     keep the split if arena + max workspace (the step's device memory beyond the
-    constant pool) drops; repeat up to MAX_SPLITS times. A group that chains several
+    constant pool) drops; repeat up to MAX_SPLITS times, while the max workspace is
+    at least lower.MIN_REFINED_WORKSPACE. A group that chains several
     large convolutions (a UNet decoder stage: conv, upsampling, projection, concat with
     the skip, conv) holds their inputs and results as temps at once; split, the tensor
     at the cut goes to the arena, where the planner shares its bytes, and each part's
@@ -265,6 +267,8 @@ def _split_widest(p, lowered, graph, options, lowered_for):
     for _ in range(MAX_SPLITS):
         top = max(range(len(lowered.launches)), key=lambda s: (lowered.kernels[lowered.launches[s][0]].workspace_bytes,
                                                                 -s))
+        if lowered.kernels[lowered.launches[top][0]].workspace_bytes < lower.MIN_REFINED_WORKSPACE:
+            break
         order = [n for g in p.groups for n in g]
         sizes = {t: formats.nbytes(i.shape, i.dtype, p.layout.formats.get(t, "default")) for t, i in p.info.items()}
         at = group.split_point(order, p.groups[top], sizes)
@@ -277,12 +281,12 @@ def _split_widest(p, lowered, graph, options, lowered_for):
         parts |= {s - 1 for s in parts}
         rest = max((lowered.kernels[k].workspace_bytes for s, (k, _, _) in enumerate(lowered.launches) if s != top),
                    default=0)
-        guess = q.mem.arena_bytes + max([rest, *lowered_for(q, only=parts).values()])
+        guess = q.mem.arena_bytes + max([rest, *lowered_for(q, only=parts, band_floor=0).values()])
         now = _step_bytes(p, lowered)
         debug.log(1, f"split before {at!r}: step bytes {now} -> about {guess}")
         if guess >= now:
             break
-        lq = lowered_for(q)
+        lq = lowered_for(q, band_floor=0)  # (this compile refines: see the check above)
         debug.log(1, f"split before {at!r}: step bytes {now} -> {_step_bytes(q, lq)}")
         if _step_bytes(q, lq) >= now:
             break

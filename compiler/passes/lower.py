@@ -164,10 +164,13 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, 
 
 
 MAX_BANDS = 8  # row bands of one convolution, at most
+# Workspace from which the compiler spends compiles on lowering it (bands here, fused
+# group splits in pipeline._split_widest): below it the bytes are not worth the time.
+MIN_REFINED_WORKSPACE = 1 << 20
 _BAND_SHARE = 2  # a convolution is banded if its input and output take 1/_BAND_SHARE of the workspace, at least
 
 
-def _band_widest(kernels, first, groups, info, lower_group):
+def _band_widest(kernels, first, groups, info, lower_group, floor=MIN_REFINED_WORKSPACE):
     """Lower the kernels with the largest workspace (XLA's temp bytes: the max sets the
     step's device memory) again with their large convolutions in row bands, while that
     lowers the max. A convolution's input (XLA copies it out of the arena) and its
@@ -175,11 +178,12 @@ def _band_widest(kernels, first, groups, info, lower_group):
     every kernel at the max, doubles the bands (from 2) of its convolutions whose input
     and output are at least half its workspace, and keeps the new kernels only if all
     of them come out smaller (else the max would not drop: their speed is kept).
-    `kernels` is updated in place; `first`: kernel -> its first launch."""
+    Nothing is tried below `floor`. `kernels` is updated in place;
+    `first`: kernel -> its first launch."""
     tried = {k: {} for k in first}
     while True:
         top = max((kernels[k].workspace_bytes for k in first), default=0)
-        if top == 0:
+        if top < max(floor, 1):
             return
         batch = {}
         for k in sorted(first):
@@ -212,14 +216,16 @@ def _kernel_name(k, group):
 
 
 def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None,
-        targets=None, info=None, fmts=None, bands=True, only=None):
+        targets=None, info=None, fmts=None, bands=True, only=None, band_floor=MIN_REFINED_WORKSPACE):
     """-> Lowered. `groups`/`labels`: the launches (passes/group.py); `targets`: the
     platforms to export for (default: this host's); `info`: tensor name -> logical
     TensorInfo; `fmts`: tensor name -> storage format (passes/layout.py); `bands`:
     lower the widest launches' convolutions in row bands where that lowers the plan's
     workspace (`_band_widest`; kernel and fused mode). With `only` (launch indices),
     lowers just those launches and returns {launch: workspace bytes} (banded as if
-    they were the whole plan): a cheap look at a regrouping (pipeline._split_widest)."""
+    they were the whole plan): a cheap look at a regrouping (pipeline._split_widest).
+    `band_floor`: the workspace below which nothing is banded (a regrouping passes 0:
+    the compile has decided to refine)."""
     fmts = fmts or {}
     recs, idx, offsets = liveness.tensors, liveness.index(), mem.offsets
     arena_spec = jax.ShapeDtypeStruct((mem.arena_bytes // formats.WORD_BYTES,), jnp.uint32)
@@ -281,7 +287,7 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
         if progress:
             progress(1)
     if bands and not sink and info is not None:
-        _band_widest(kernels, first, groups, info, lower_group)
+        _band_widest(kernels, first, groups, info, lower_group, band_floor)
     if only is not None:
         return {s: kernels[k].workspace_bytes for k, s in first.items()}
 
