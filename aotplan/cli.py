@@ -211,7 +211,8 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
 @click.option("--no-conv-bands", is_flag=True,
               help="Kernel and fused mode: never split a convolution into row bands (default: the launches with "
                    "the largest workspace, XLA's temp bytes, have their large convolutions computed in row bands "
-                   "where that lowers the plan's max workspace; the same sums, a band's input and result at a time).")
+                   "where that lowers the plan's max workspace: a band's input and result at a time, the same products "
+                   "summed perhaps in another order).")
 @_handle_errors
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, fuse_min_flops,
                 no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement, schedule,

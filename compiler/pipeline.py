@@ -265,9 +265,9 @@ def _split_widest(p, lowered, graph, options, lowered_for):
     convolutions can be banded (passes/lower.py)."""
     cuts = frozenset()
     for _ in range(MAX_SPLITS):
-        top = max(range(len(lowered.launches)), key=lambda s: (lowered.kernels[lowered.launches[s][0]].workspace_bytes,
-                                                                -s))
-        if lowered.kernels[lowered.launches[top][0]].workspace_bytes < lower.MIN_REFINED_WORKSPACE:
+        ws = [lowered.kernels[k].workspace_bytes for k, _, _ in lowered.launches]
+        top = ws.index(max(ws, default=0)) if ws else 0  # the first launch at the max
+        if not ws or ws[top] < lower.MIN_REFINED_WORKSPACE:
             break
         order = [n for g in p.groups for n in g]
         sizes = {t: formats.nbytes(i.shape, i.dtype, p.layout.formats.get(t, "default")) for t, i in p.info.items()}
@@ -277,10 +277,9 @@ def _split_widest(p, lowered, graph, options, lowered_for):
         q = plan_graph(graph, options, cuts | {at})
         # first a cheap look: lower only the two parts; the other groups' computations
         # are unchanged (their offsets move, their temps do not)
-        parts = {s for s, g in enumerate(q.groups) for n in g[:1] if n.name == at}
-        parts |= {s - 1 for s in parts}
-        rest = max((lowered.kernels[k].workspace_bytes for s, (k, _, _) in enumerate(lowered.launches) if s != top),
-                   default=0)
+        second = next(s for s, g in enumerate(q.groups) if g[0].name == at)
+        parts = {second - 1, second}
+        rest = max(ws[:top] + ws[top + 1:], default=0)
         guess = q.mem.arena_bytes + max([rest, *lowered_for(q, only=parts, band_floor=0).values()])
         now = _step_bytes(p, lowered)
         debug.log(1, f"split before {at!r}: step bytes {now} -> about {guess}")

@@ -295,15 +295,11 @@ def conv_bands(bands):
         _CONV_BANDS.reset(token)
 
 
-def band_rows(out_rows, bands):
-    """Output rows per band: `bands` bands of equal rows (the last may have fewer)."""
-    return -(-out_rows // bands)
-
-
 def _in_bands(conv, x, k, s, d, pads, axis, bands):
     """conv(x, pads) computed as up to `bands` convolutions over bands of output rows
     (the first spatial axis, `axis` of x), each reading only the input rows its band's
-    windows cover, then concatenated: the same sums per output element. XLA copies a
+    windows cover, then concatenated: each output element sums the same products
+    (XLA may sum a band in another order: float rounding apart). XLA copies a
     convolution's input out of the arena; a band's copy is a band's rows, made just
     before its convolution, and the concatenation fuses into the loop that consumes
     it (e.g. bias + relu + the write to the arena). Whether that lowers a kernel's
@@ -313,7 +309,7 @@ def _in_bands(conv, x, k, s, d, pads, axis, bands):
     (top, bottom), rest = pads[0], list(pads[1:])
     span = d * (k - 1) + 1
     out = (size + top + bottom - span) // s + 1
-    rows = band_rows(out, bands)
+    rows = -(-out // bands)  # output rows per band (the last band may have fewer)
     ys = []
     for r0 in range(0, out, rows):
         r1 = min(r0 + rows, out)

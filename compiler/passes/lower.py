@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax._src import config as jax_config
 
 from aotplan import dtypes, formats, native, xla_options
@@ -194,8 +193,7 @@ def _band_widest(kernels, first, groups, info, lower_group, floor=MIN_REFINED_WO
                 if n.op not in ("conv", "conv2d") or len(info[n.inputs[0]].shape) < 3:
                     continue
                 x, y = info[n.inputs[0]], info[n.outputs[0]]
-                size = sum(int(np.prod(t.shape, dtype=np.int64)) * np.dtype(dtypes.np_dtype(
-                    dtypes.storage_dtype(t.dtype))).itemsize for t in (x, y))
+                size = formats.nbytes(x.shape, x.dtype) + formats.nbytes(y.shape, y.dtype)
                 more = min(2 * bands.get(n.name, 1), MAX_BANDS, y.shape[2])
                 if size * _BAND_SHARE >= top and more > bands.get(n.name, 1):
                     bands[n.name] = more
