@@ -213,10 +213,13 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
                    "the largest workspace, XLA's temp bytes, have their large convolutions computed in row bands "
                    "where that lowers the plan's max workspace: a band's input and result at a time, the same products "
                    "summed perhaps in another order).")
+@click.option("--jobs", type=click.IntRange(min=0), default=0, metavar="N",
+              help="XLA compiles to run at once while lowering the launches (default 0: one per CPU this process "
+                   "may use, at most 8). The plan is the same for any N.")
 @_handle_errors
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, fuse_min_flops,
                 no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement, schedule,
-                format_policy, no_conv_bands):
+                format_policy, no_conv_bands, jobs):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     from aotplan import codec
     from aotplan.fileio import atomic_write
@@ -226,7 +229,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                             disabled=frozenset(disabled), launch=launch, reuse=not no_kernel_reuse,
                             embed_native=embed_executables, inplace=not no_inplace, views=not no_views,
                             placement=placement,
-                            schedule=schedule, format_policy=format_policy, conv_bands=not no_conv_bands,
+                            schedule=schedule, format_policy=format_policy, conv_bands=not no_conv_bands, jobs=jobs,
                             targets={"host": (), "both": ("cpu", "cuda")}.get(target, (target,)),
                             **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}))
     key = codec.read_key(sign_key) if sign_key else None

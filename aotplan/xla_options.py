@@ -25,6 +25,10 @@ were re-timed with it rather than re-measured (compiler/calibration/cpu.json,
 
 A jaxlib that does not know an option is compiled without our options (once, then
 remembered); a user who sets an option in XLA_FLAGS keeps theirs.
+
+A kernel's XLA compile releases the GIL, so the compiler (lowering a plan's launches)
+and the executor (compiling a portable plan's kernels at load) run several at once on
+a thread pool of `default_jobs()` threads; each compiles as it would alone.
 """
 
 import os
@@ -54,3 +58,12 @@ def compile(lowered, platform):
                 raise
             _rejected.add(platform)
     return lowered.compile()
+
+
+def default_jobs():
+    """XLA compiles to run at once: one per CPU this process may use, at most 8."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))

@@ -57,6 +57,7 @@ class Options:
     conv_bands: bool = True  # kernel/fused: the widest launches' convolutions in row bands, where
     # that lowers the plan's max workspace (passes/lower.py, _band_widest)
     split_groups: bool = True  # fused: split the widest group where that lowers the step's memory
+    jobs: int = 0  # XLA compiles at once while lowering; 0: xla_options.default_jobs() (the plan is the same)
 
     def runs(self, name):
         if name == "weight_layout" and self.platforms() != ("cpu",):
@@ -232,7 +233,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     def lowered_for(p, progress=None, only=None, band_floor=lower.MIN_REFINED_WORKSPACE):
         return lower.run(p.groups, p.labels, p.live, p.mem, p.graph.outputs, options.launch, options.reuse, native_for,
                          progress, options.targets, p.info, p.layout.formats, options.conv_bands, only=only,
-                         band_floor=band_floor)
+                         band_floor=band_floor, jobs=options.jobs or None)
 
     lowered = lowered_for(p, progress)
     if options.launch == "fused" and options.split_groups:

@@ -110,7 +110,7 @@ def _child():
         say(_STAGE + "reading the plan")
         plan, trusted = codec.read_checked(req["path"], key, req["require_signature"])
         session = executor.Session(plan, warmup=True, trusted=trusted or req["trust_executables"],
-                                   progress=lambda what: say(_STAGE + what))
+                                   progress=lambda what: say(_STAGE + what), jobs=1)  # a crash names its kernel
         report = dict(kernels=len(session._kernels), kernel_source=session.kernel_source,
                       launches=len(session.plan.launches), load_seconds=time.perf_counter() - t0,
                       trusted=bool(trusted))

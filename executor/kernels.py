@@ -50,14 +50,23 @@ def device_avals(exp, device):
     return [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in exp.in_avals]
 
 
-def compile_kernel(name, exp, donate, platform, device=None):
-    """-> the kernel compiled for `device` (default: the first device)."""
+def lower_kernel(name, exp, donate, platform, device=None):
+    """-> the kernel lowered for `device` (default: the first device), ready for XLA
+    (`compile_lowered`; Python work, done one at a time)."""
     if platform not in exp.platforms:
         raise PlanError(f"kernel {name!r} was exported for {', '.join(exp.platforms)}; this host runs {platform}: "
                         f"recompile the model for this platform")
     fn = kernel_function(exp, donate)
     avals = exp.in_avals if device is None else device_avals(exp, device)
     try:
-        return xla_options.compile(fn.lower(*avals), platform)
+        return fn.lower(*avals)
+    except Exception as e:
+        raise PlanError(f"kernel {name!r}: XLA could not compile it on this host: {e}") from None
+
+
+def compile_lowered(name, lowered, platform):
+    """XLA's compile of a lowered kernel (it releases the GIL: several may run at once)."""
+    try:
+        return xla_options.compile(lowered, platform)
     except Exception as e:
         raise PlanError(f"kernel {name!r}: XLA could not compile it on this host: {e}") from None

@@ -23,10 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan import codec, dtypes, formats, native, verify
+from aotplan import codec, dtypes, formats, native, verify, xla_options
 from aotplan.errors import FeedError, ForkError, PlanError
 from aotplan.plan import Plan
-from executor.kernels import check_signature, compile_kernel, device_avals, kernel_function, load_kernel
+from executor.kernels import (check_signature, compile_lowered, device_avals, kernel_function, load_kernel,
+                              lower_kernel)
 
 log = logging.getLogger("aotplan")
 
@@ -133,7 +134,7 @@ def resolve_device(device):
 
 
 def load(path, device=None, warmup=True, trust_key=None, require_signature=False, trust_executables=False,
-         cache_dir=None, progress=None):
+         cache_dir=None, progress=None, jobs=None):
     """Read, verify and load a plan file -> Session.
 
     path: the plan file's path (str or os.PathLike). Anything else is refused with a
@@ -151,8 +152,8 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     trust_executables: use the plan's native executables without a signature.
     cache_dir: a persistent XLA compilation cache for kernels compiled from StableHLO
         (default: AOTPLAN_CACHE_DIR, if set). It is JAX's process-wide cache setting.
-    See `Session` for `warmup` and `progress`. The arguments are checked before the
-    file is read; a wrong one is a PlanError naming it.
+    See `Session` for `warmup`, `progress` and `jobs`. The arguments are checked before
+    the file is read; a wrong one is a PlanError naming it.
     """
     _check_not_forked("executor.load")
     path = _check_path(path)
@@ -160,13 +161,18 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
                         ("trust_executables", trust_executables)):
         if not isinstance(value, (bool, np.bool_)):
             raise PlanError(f"executor.load: {flag} must be True or False, got {type(value).__name__} {_short(value)}")
+    if jobs is not None and (not isinstance(jobs, (int, np.integer)) or isinstance(jobs, (bool, np.bool_))
+                             or jobs < 1):
+        raise PlanError(f"executor.load: jobs must be None or a positive int, got {type(jobs).__name__} "
+                        f"{_short(jobs)}")
     device = resolve_device(device)
     trust_key = _trust_key(trust_key)
     cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
     if cache_dir:
         enable_cache(cache_dir)
     plan, trusted = codec.read_checked(path, trust_key, require_signature)
-    return Session(plan, device=device, warmup=warmup, trusted=trusted or trust_executables, progress=progress)
+    return Session(plan, device=device, warmup=warmup, trusted=trusted or trust_executables, progress=progress,
+                   jobs=None if jobs is None else int(jobs))
 
 
 def enable_cache(cache_dir):
@@ -240,6 +246,9 @@ class Session:
     `progress`: called with a short text before each stage of loading (each kernel,
     the constants, the warm-up step); `aotplan verify` uses it to name the kernel that
     crashed a child process.
+    `jobs`: XLA compiles to run at once for the kernels compiled from StableHLO (they
+    release the GIL; default `aotplan.xla_options.default_jobs()`, one per CPU, at most
+    8). `aotplan verify`'s child compiles one at a time, so a crash names its kernel.
     `device`: a jax Device, a platform name or None, as `load` takes it
     (`resolve_device`); checked before anything else. The kernels are compiled for it
     (native executables are loaded onto it) and the arena, the constants, the offset
@@ -252,7 +261,7 @@ class Session:
     `plan`: the verified plan. On a device whose memory is not the host's (a GPU), its
     `constants` are dropped once placed, so the host does not keep the weights too."""
 
-    def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None):
+    def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None, jobs=None):
         t0 = time.perf_counter()
         _check_not_forked("Session")
         self._pid, self._forks = os.getpid(), _forks
@@ -311,6 +320,11 @@ class Session:
         loader = concurrent.futures.ThreadPoolExecutor(1) if self.kernel_source == "native" else None
         loading = {ki: loader.submit(native.load, plan.kernels[ki].native, self.device)
                    for ki in sorted(wants) if loader and plan.kernels[ki].native}
+        # the others XLA compiles, several at once (it releases the GIL too) while this
+        # thread lowers the next
+        jobs = min(xla_options.default_jobs() if jobs is None else jobs, len(wants) - len(loading))
+        pool = concurrent.futures.ThreadPoolExecutor(jobs, "aotplan-xla") if jobs > 1 else None
+        compiling = {}
         try:
             for ki, (role, takes, returns) in sorted(wants.items()):
                 k = plan.kernels[ki]
@@ -328,10 +342,19 @@ class Session:
                         continue
                     except Exception as e:
                         raise PlanError(f"kernel {k.name!r}: its native executable does not load here: {e}") from None
-                self._kernels[ki] = compile_kernel(k.name, exp, donate, platform, self.device)
+                lowered = lower_kernel(k.name, exp, donate, platform, self.device)
+                if pool:
+                    compiling[ki] = pool.submit(compile_lowered, k.name, lowered, platform)
+                else:
+                    self._kernels[ki] = compile_lowered(k.name, lowered, platform)
+            if compiling:
+                progress(f"compiling {len(compiling)} kernels, {jobs} at once")
+                for ki, done in compiling.items():
+                    self._kernels[ki] = done.result()
         finally:
-            if loader:
-                loader.shutdown(cancel_futures=True)
+            for threads in (loader, pool):
+                if threads:
+                    threads.shutdown(cancel_futures=True)
 
         data = {c.tensor: c.data for c in plan.constants}
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import jax
+import numpy as np
 import pytest
 
 import executor
@@ -290,3 +291,18 @@ def test_bad_device_is_refused_before_reading(plan_files, examples):
 def test_session_takes_a_plan(plan_files):
     with pytest.raises(PlanError, match=r"Session takes a decoded plan .* got str: executor.load\(path\)"):
         executor.Session(str(plan_files["sink"]))
+
+
+def test_jobs(plan_files):
+    """`jobs`: how many kernels XLA compiles at once at load; the kernel-mode CNN (many
+    kernels) loads and runs the same with one or three."""
+    missing = str(plan_files["kernel"]) + ".missing"  # checked before the file is read
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(PlanError, match=r"^executor.load: jobs must be None or a positive int, got "):
+            executor.load(missing, jobs=bad)
+    sessions = [executor.load(plan_files["kernel"], jobs=j, warmup=False) for j in (1, 3)]
+    feeds = {n: np.linspace(-1, 1, int(np.prod(s)), dtype=d).reshape(s) for n, d, s in sessions[0].input_specs}
+    outs = [sess.run(feeds) for sess in sessions]
+    assert outs[0].keys() == outs[1].keys()
+    for k in outs[0]:
+        assert (outs[0][k] == outs[1][k]).all()

@@ -20,6 +20,7 @@ that, the input kernel `(arena, *inputs) -> arena` and the output kernel
 at load when weights live in the arena.
 """
 
+import concurrent.futures
 import dataclasses
 from dataclasses import dataclass
 
@@ -77,12 +78,25 @@ def host_platform():
 
 
 class _Exporter:
-    def __init__(self, native_for, targets):
+    """Exports kernels; XLA compiles them for the build host on a thread pool (`jobs`
+    threads; 1: here). Tracing and lowering are Python (they hold the GIL) and run
+    here, one at a time; an XLA compile releases it, so several run at once, each as
+    it would alone (the plan does not depend on how many ran together)."""
+
+    def __init__(self, native_for, targets, jobs=1):
         self.native_for = native_for  # a device to build native executables for, or None
         self.targets = tuple(targets) if targets else (host_platform(),)
         self.platforms = set()
+        self.pool = concurrent.futures.ThreadPoolExecutor(jobs, "aotplan-xla") if jobs > 1 else None
+
+    def close(self):
+        """Wait for the compiles under way; drop those not started."""
+        if self.pool:
+            self.pool.shutdown(cancel_futures=True)
 
     def __call__(self, name, fn, specs, donate=True):
+        """-> a function that returns (exported bytes, temp bytes, alias bytes, native
+        bytes, relayouts) once XLA has compiled the kernel."""
         fn.__name__ = name
         jitted = jax.jit(fn, donate_argnums=0) if donate else jax.jit(fn)
         host = host_platform()
@@ -93,14 +107,23 @@ class _Exporter:
             # a build host outside the targets compiles its own export, for the workspace
             here = exp if host in self.targets else jax.export.export(jitted, platforms=(host,))(*specs)
             call = jax.jit(here.call, donate_argnums=0) if donate else jax.jit(here.call)
-            compiled = xla_options.compile(call.lower(*here.in_avals), host)
-        ma = compiled.memory_analysis()
-        temp = int(getattr(ma, "temp_size_in_bytes", 0) or 0) if ma is not None else 0
-        alias = int(getattr(ma, "alias_size_in_bytes", 0) or 0) if ma is not None else 0
+            lowered = call.lower(*here.in_avals)
         self.platforms.update(exp.platforms)
+        blob = bytes(exp.serialize())
         native_ok = self.native_for is not None and host in self.targets
-        blob = native.serialize(compiled, self.native_for) if native_ok else b""
-        return bytes(exp.serialize()), temp, alias, blob, cformats.count_relayouts(compiled.as_text() or "")
+
+        def build():
+            compiled = xla_options.compile(lowered, host)
+            ma = compiled.memory_analysis()
+            temp = int(getattr(ma, "temp_size_in_bytes", 0) or 0) if ma is not None else 0
+            alias = int(getattr(ma, "alias_size_in_bytes", 0) or 0) if ma is not None else 0
+            nat = native.serialize(compiled, self.native_for) if native_ok else b""
+            return blob, temp, alias, nat, cformats.count_relayouts(compiled.as_text() or "")
+
+        if self.pool is None:
+            done = build()
+            return lambda: done
+        return self.pool.submit(build).result
 
 
 def _group_key(group, reads, writes, recs):
@@ -201,6 +224,7 @@ def _band_widest(kernels, first, groups, info, lower_group, floor=MIN_REFINED_WO
                 return  # a kernel at the max with nothing (more) to band: the max stays
             batch[k] = bands
         new = {k: lower_group(first[k], kernels[k].name, bands)[0] for k, bands in batch.items()}
+        new = {k: pending() for k, pending in new.items()}  # compiled together
         if any(new[k].workspace_bytes >= top for k in new):
             return
         for k, lk in new.items():
@@ -214,7 +238,7 @@ def _kernel_name(k, group):
 
 
 def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None,
-        targets=None, info=None, fmts=None, bands=True, only=None, band_floor=MIN_REFINED_WORKSPACE):
+        targets=None, info=None, fmts=None, bands=True, only=None, band_floor=MIN_REFINED_WORKSPACE, jobs=None):
     """-> Lowered. `groups`/`labels`: the launches (passes/group.py); `targets`: the
     platforms to export for (default: this host's); `info`: tensor name -> logical
     TensorInfo; `fmts`: tensor name -> storage format (passes/layout.py); `bands`:
@@ -223,18 +247,28 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     lowers just those launches and returns {launch: workspace bytes} (banded as if
     they were the whole plan): a cheap look at a regrouping (pipeline._split_widest).
     `band_floor`: the workspace below which nothing is banded (a regrouping passes 0:
-    the compile has decided to refine)."""
+    the compile has decided to refine). `jobs`: XLA compiles at once (default:
+    `xla_options.default_jobs()`; the plan is the same for any number)."""
     fmts = fmts or {}
+    export = _Exporter(native_for, targets, xla_options.default_jobs() if jobs is None else jobs)
+    try:
+        return _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands,
+                    only, band_floor)
+    finally:
+        export.close()
+
+
+def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands, only,
+         band_floor):
     recs, idx, offsets = liveness.tensors, liveness.index(), mem.offsets
     arena_spec = jax.ShapeDtypeStruct((mem.arena_bytes // formats.WORD_BYTES,), jnp.uint32)
-    export = _Exporter(native_for, targets)
     kernels, launches = [], []
     inputs = [i for i, t in enumerate(recs) if t.kind == "input"]
     outputs = [idx[o] for o in output_names]
     sink = mode == "sink"
 
     def add(name, fn, specs, n_offsets=0, feeds=False, returns=False, donate=True):
-        blob, temp, alias, nat, moves = export(name, fn, specs, donate)
+        blob, temp, alias, nat, moves = export(name, fn, specs, donate)()
         kernels.append(LoweredKernel(name, blob, temp, n_offsets, feeds, returns, nat, alias, moves))
         return len(kernels) - 1
 
@@ -250,7 +284,9 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     made = {}
 
     def lower_group(s, name, bands=None):
-        """-> LoweredKernel of launch s's group (its convolutions in `bands`: name -> bands)."""
+        """-> (a function that returns the LoweredKernel of launch s's group once XLA
+        has compiled it, whether the kernel takes its offsets at run time); its
+        convolutions in `bands` (name -> bands)."""
         group = groups[s]
         reads, writes = liveness.steps[s]
         takes_feeds, gives_outputs = ends[s]
@@ -264,8 +300,12 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
             specs.append(jax.ShapeDtypeStruct((n_off,), jnp.int32))
         specs += [_spec(recs[t]) for t in feeds]
         with nn.conv_bands(bands or {}):
-            blob, temp, alias, nat, moves = export(name, fn, specs)
-        return LoweredKernel(name, blob, temp, n_off, takes_feeds, gives_outputs, nat, alias, moves), dynamic
+            compiled = export(name, fn, specs)
+
+        def kernel():
+            blob, temp, alias, nat, moves = compiled()
+            return LoweredKernel(name, blob, temp, n_off, takes_feeds, gives_outputs, nat, alias, moves)
+        return kernel, dynamic
 
     first = {}  # kernel -> the first launch it runs
     for s, group in enumerate(groups):
@@ -275,15 +315,20 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
         if key in made:
             k = made[key]
         else:
-            lk, dynamic = lower_group(s, _kernel_name(len(kernels), group))
-            kernels.append(lk)
+            pending, dynamic = lower_group(s, _kernel_name(len(kernels), group))
+            kernels.append(pending)
             k = len(kernels) - 1
             first[k] = s
             if dynamic:
                 made[key] = k
         launches.append((k, labels[s], tuple(n.name for n in group)))
+    runs = {}  # kernel -> its launches
+    for k, *_ in launches:
+        runs[k] = runs.get(k, 0) + 1
+    for k, pending in enumerate(kernels):  # as XLA finishes them, in order
+        kernels[k] = pending()
         if progress:
-            progress(1)
+            progress(runs[k])
     if bands and not sink and info is not None:
         _band_widest(kernels, first, groups, info, lower_group, band_floor)
     if only is not None:
@@ -310,7 +355,7 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
             return arena
 
         place_k = add("place_constants", place_constants, [arena_spec] + [_spec(recs[t]) for t in arena_consts])
-    fp = native.fingerprint(native_for) if native_for is not None and any(k.native for k in kernels) else ""
+    fp = native.fingerprint(export.native_for) if export.native_for is not None and any(k.native for k in kernels) else ""
     if not fp:
         kernels = [dataclasses.replace(k, native=b"") for k in kernels]
     return Lowered(tuple(kernels), tuple(launches), in_k, out_k, place_k, tuple(sorted(export.platforms)), fp)
