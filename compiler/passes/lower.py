@@ -223,8 +223,8 @@ def _band_widest(kernels, first, groups, info, lower_group, floor=MIN_REFINED_WO
             if bands == tried[k]:
                 return  # a kernel at the max with nothing (more) to band: the max stays
             batch[k] = bands
-        new = {k: lower_group(first[k], kernels[k].name, bands)[0] for k, bands in batch.items()}
-        new = {k: pending() for k, pending in new.items()}  # compiled together
+        pending = {k: lower_group(first[k], kernels[k].name, bands)[0] for k, bands in batch.items()}
+        new = {k: compiled() for k, compiled in pending.items()}  # XLA compiles them together
         if any(new[k].workspace_bytes >= top for k in new):
             return
         for k, lk in new.items():
