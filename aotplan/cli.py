@@ -242,7 +242,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         bar["b"].__enter__()
 
     if output is not None:
-        _refuse_overwriting_inputs(output, "-o", model, frozen)
+        _refuse_overwriting_inputs(output, "-o", model, frozen, sign_key)
         _refuse_unwritable(output, f"plan {output!r}")
     else:
         _refuse_unwritable(".", "the plan in the current folder (no -o given)", folder=True)
@@ -264,7 +264,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     if output is None:  # <model name>.plan here; the name is the model's data, so keep it tame
         stem = re.sub(r"[^A-Za-z0-9._-]", "_", plan.provenance.model_name).strip("._") or "model"
         output = f"{stem}.plan"
-        _refuse_overwriting_inputs(output, "the default output", model, frozen)
+        _refuse_overwriting_inputs(output, "the default output", model, frozen, sign_key)
     try:
         atomic_write(output, data)
     except OSError as e:
@@ -432,11 +432,12 @@ def _frozen_values(specs, graph):
     return values
 
 
-def _refuse_overwriting_inputs(output, flag, model, frozen):
-    """The plan must not land on the model, its weights or a --freeze-input file."""
+def _refuse_overwriting_inputs(output, flag, model, frozen, sign_key=None):
+    """The plan must not land on the model, its weights, a --freeze-input file or the
+    signing key."""
     from aotplan.fileio import refuse_overwriting
 
-    inputs = {"model": model}
+    inputs = {"model": model, "--sign-key file": sign_key}
     if model.lower().endswith(".json"):
         from aotplan import model_json
 
@@ -537,8 +538,10 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     if out_path:
         from aotplan.fileio import refuse_overwriting
 
-        refuse_overwriting(out_path, {"plan": plan_path, **{f"--input {n} file": p for n, p in
-                                                            map(_split_spec, inputs)}}, "--output")
+        refuse_overwriting(out_path, {"plan": plan_path, **{f"--input {n} file": p for n, p in map(_split_spec, inputs)},
+                                      "--trust-key file": trust_key,
+                                      "AOTPLAN_TRUST_KEY file": None if trust_key else os.environ.get("AOTPLAN_TRUST_KEY")},
+                           "--output")
         _refuse_unwritable(out_path, f"outputs to {out_path!r}")
     input_files = [p for _, p in map(_split_spec, inputs)]
     if dump_dir:

@@ -273,6 +273,24 @@ def test_replay_never_writes_over_its_inputs(mlp_plan, tmp_path):
     assert (plan.read_bytes(), (tmp_path / "x.npy").read_bytes()) == before
 
 
+def test_key_files_are_never_overwritten(mlp_plan, tmp_path, monkeypatch):
+    """The signing key (compile -o) and the trust key (replay --output, given by
+    --trust-key or AOTPLAN_TRUST_KEY) are inputs too: losing one loses the key."""
+    key = tmp_path / "key.bin"
+    key.write_bytes(b"k" * 32)
+    path = _model(tmp_path, lambda d: None)
+    r = CliRunner().invoke(main, ["compile", path, "-o", str(key), "--sign-key", str(key)])
+    assert r.exit_code == 2 and "is the --sign-key file this command reads: refusing to overwrite it" in r.output, \
+        r.output
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--trust-key", str(key),
+                                  "--output", str(key)])
+    assert r.exit_code == 2 and "is the --trust-key file this command reads" in r.output, r.output
+    monkeypatch.setenv("AOTPLAN_TRUST_KEY", str(key))
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--output", str(key)])
+    assert r.exit_code == 2 and "is the AOTPLAN_TRUST_KEY file this command reads" in r.output, r.output
+    assert key.read_bytes() == b"k" * 32
+
+
 def _tiny_model(tmp_path, dtype, outputs, split=()):
     """x -> relu -> each of `outputs` (an identity per name), and the two halves of a
     split of x on its first axis, named `split`."""
