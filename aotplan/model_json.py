@@ -183,11 +183,14 @@ def _check_scalar(v, dtype, where):
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ModelError(f"{where}: {dtype} values must be numbers, got {v!r}")
     if dtype in dtypes.FLOAT_DTYPES:
-        f = float(v) if abs(v) < 1e308 else float("inf")
         finfo = np.finfo(dtypes.np_dtype(dtype))
-        if np.isfinite(f) and abs(f) > float(finfo.max):
-            raise ModelError(f"{where}: value {v!r} overflows {dtype} (max {float(finfo.max):g})")
-        return f
+        # (JSON has no infinity: a literal past float64's range, 1e400, parses as one)
+        if not abs(v) <= float(finfo.max):
+            shown = (repr(v) if len(repr(v)) <= 24 else f"{v:g}") if abs(v) < 1e308 else \
+                f"beyond {'-' if v < 0 else ''}1e308"
+            raise ModelError(f"{where}: value {shown} overflows {dtype} (max {float(finfo.max):g}; JSON has no "
+                             f"infinity: a constant that holds one goes in the weights file)")
+        return float(v)
     if not isinstance(v, int):
         raise ModelError(f"{where}: {dtype} values must be integers, got {v!r}")
     info = np.iinfo(dtypes.np_dtype(dtype))
