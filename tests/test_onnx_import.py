@@ -101,6 +101,18 @@ def test_not_an_onnx_file(tmp_path):
     assert r.exit_code == 2 and "not a readable ONNX model" in r.output
 
 
+def test_empty_file_is_not_a_model(tmp_path):
+    """Protobuf reads an empty file as an empty model: import wrote a model.json of
+    nothing, and compile said only that the model had no outputs."""
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    for args in (["import", "onnx", str(tmp_path / "empty.onnx"), "-o", str(tmp_path / "out.json")],
+                 ["compile", str(tmp_path / "empty.onnx"), "-o", str(tmp_path / "e.plan")]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and "empty.onnx: not a usable ONNX model: its graph has no outputs (the file is " \
+                                    "empty)" in r.output, r.output
+    assert sorted(os.listdir(tmp_path)) == ["empty.onnx"]
+
+
 def test_without_onnx_installed_says_how_to_get_it(tmp_path):
     small_model(str(tmp_path / "m.onnx"))
     code = ("import sys; sys.modules['onnx'] = None\n"

@@ -629,5 +629,8 @@ def load(path, input_shapes=None):
         model = onnx.load(path)
     except Exception as e:  # protobuf raises its own DecodeError, and more
         raise ModelError(f"{path}: not a readable ONNX model: {e}") from None
+    if not model.graph.output:  # protobuf reads any empty message, an empty file included
+        raise ModelError(f"{path}: not a usable ONNX model: its graph has no outputs"
+                         + (" (the file is empty)" if os.path.getsize(path) == 0 else ""))
     graph = convert(model, input_shapes, name=os.path.splitext(os.path.basename(path))[0])
     return graph, model_json.graph_digest(graph)
