@@ -331,8 +331,8 @@ def import_onnx(model, output, input_shapes):
     graph, _ = onnx_import.load(model, _parse_shapes(input_shapes))
     try:
         wrote = model_json.save(graph, output, weights_file=weights)
-    except OSError as e:
-        raise AotplanError(f"cannot write {output!r}: {e.strerror}") from None
+    except OSError as e:  # (the weights file or the model.json)
+        raise AotplanError(f"cannot write {e.filename or output!r}: {e.strerror}") from None
     click.echo(f"imported {model} -> {output} ({_n(len(graph.nodes), 'node')}, "
                f"{_n(len(graph.constants), 'constant')}; "
                + (f"weights in {weights})" if wrote else "all inline in the model.json, no weights file)"))
