@@ -556,17 +556,17 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     session = _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
                             isolate=isolate)
     feeds = _feeds(session, inputs, random_inputs, seed)
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        outs = session.run(feeds)
-        times.append(time.perf_counter() - t0)
     m = session.memory
     plan = session.plan
     click.echo(f"plan {plan_path}: loaded in {session.load_seconds * 1e3:.1f} ms ({session.kernel_source} kernels); "
                f"launch mode {plan.launch_mode}, {_n(len(plan.launches), 'launch')} per step; device memory "
                f"{_fmt_bytes(m.step_device_bytes)} (arena {_fmt_bytes(m.arena_bytes)}, pool "
                f"{_fmt_bytes(m.constant_pool_bytes)}, workspace {_fmt_bytes(m.max_workspace_bytes)})")
+    times = []
+    for _ in range(steps):  # (the device memory is stated before the first step)
+        t0 = time.perf_counter()
+        outs = session.run(feeds)
+        times.append(time.perf_counter() - t0)
     for name, a in outs.items():
         click.echo(f"  output {name}: {a.dtype}{list(a.shape)} {_preview(a)}")
     ms = np.array(times) * 1e3

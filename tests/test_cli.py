@@ -238,6 +238,21 @@ def test_cpu_dispatch_sync_in_a_fresh_process(mlp_plan, tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)
 
 
+def test_replay_states_device_memory_before_the_first_step(mlp_plan, monkeypatch):
+    import executor
+
+    run, calls = executor.Session.run, []
+
+    def stop(self, feeds, device_outputs=False):  # (the load's warm-up step runs)
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return run(self, feeds, device_outputs)
+    monkeypatch.setattr(executor.Session, "run", stop)
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs"])
+    assert r.exit_code != 0 and "; device memory " in r.output.splitlines()[0], r.output
+
+
 def test_replay_cpu_dispatch_option(mlp_plan):
     r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--steps", "2", "--cpu-dispatch", "async"])
     assert r.exit_code == 0, r.output
