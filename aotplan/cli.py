@@ -25,7 +25,7 @@ try:  # Ctrl-C while the imports run (numpy, click): one line, as later, not a t
 
     from aotplan import __version__
     from aotplan import debug as dbg
-    from aotplan.errors import AotplanError, FeedError
+    from aotplan.errors import AotplanError, FeedError, PlanError
 except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
     sys.exit(130)
@@ -808,8 +808,11 @@ def verify_cmd(plan_path, timeout, trust_key, require_signature, trust_executabl
     if key is None:
         key = codec.env_key()
     data = codec.read_bytes(plan_path)
-    plan, trusted = codec.decode_checked(data, key, require_signature)
-    verify.verify(plan)
+    try:
+        plan, trusted = codec.decode_checked(data, key, require_signature)
+        verify.verify(plan)
+    except PlanError as e:  # named as replay and inspect name it
+        raise codec.named(plan_path, e) from None
     signed = "signature verified" if trusted else (
         "signed, no key given" if codec.read_header(data)[0].get("signature") is not None else "unsigned")
     click.echo(f"plan {plan_path}: format {int.from_bytes(data[8:12], 'little')}, launch mode {plan.launch_mode}, "

@@ -515,7 +515,7 @@ def read_bytes(path):
         raise PlanError(f"cannot read plan {path!r}: {getattr(e, 'strerror', None) or e}") from None
 
 
-def _named(path, e):
+def named(path, e):
     """A decoding error, with the file it came from (a command may read several)."""
     return type(e)(f"{os.fspath(path)}: {e}")
 
@@ -531,4 +531,4 @@ def read_checked(path, trust_key=None, require_signature=False):
     try:
         return decode_checked(data, trust_key, require_signature)
     except PlanError as e:
-        raise _named(path, e) from None
+        raise named(path, e) from None

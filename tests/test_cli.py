@@ -460,6 +460,14 @@ def test_verify_timeout_must_be_finite(mlp_plan):
         assert r.exit_code == 2 and "is not finite" in r.output and "internal error" not in r.output, r.output
 
 
+def test_plan_errors_name_the_file(tmp_path):
+    bad = tmp_path / "g.plan"
+    bad.write_bytes(b"garbage")
+    for cmd in ("verify", "inspect", "replay"):
+        r = CliRunner().invoke(main, [cmd, str(bad)])
+        assert r.exit_code == 2 and r.output == f"error: {bad}: not an aotplan plan (bad magic bytes)\n", (cmd, r.output)
+
+
 def test_check_compares_float64_as_the_float32_it_is_computed_in():
     from compiler import check as chk
 
