@@ -306,8 +306,8 @@ def load(path):
         raise ModelError(f"{path}: not valid JSON: cannot decode the text: {e}") from None
     try:
         doc = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_nan)
-    except ModelError:
-        raise
+    except _NotStrictJSON as e:
+        raise ModelError(f"{path}: {e}") from None
     except RecursionError:
         raise ModelError(f"{path}: JSON is nested too deeply") from None
     except ValueError as e:  # JSONDecodeError, huge integers
@@ -319,15 +319,19 @@ def load(path):
     return graph, graph_digest(graph)
 
 
+class _NotStrictJSON(ValueError):
+    """What Python's json module lets through and model.json does not (`load` names the file)."""
+
+
 def _no_nan(token):
-    raise ModelError(f"model.json: {token} is not valid JSON (write numbers only)")
+    raise _NotStrictJSON(f"{token} is not valid JSON (write numbers only)")
 
 
 def _no_duplicate_keys(pairs):
     seen = {}
     for k, v in pairs:
         if k in seen:
-            raise ModelError(f"model.json: key {k!r} appears twice in one object")
+            raise _NotStrictJSON(f"key {k!r} appears twice in one object")
         seen[k] = v
     return seen
 
