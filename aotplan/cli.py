@@ -262,7 +262,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     plan = res.plan
     data = codec.encode(plan, sign_key=key)
     if output is None:  # <model name>.plan here; the name is the model's data, so keep it tame
-        stem = re.sub(r"[^A-Za-z0-9._-]", "_", plan.provenance.model_name).strip("._") or "model"
+        stem = re.sub(r"[^\w.-]", "_", plan.provenance.model_name).strip("._")  # (letters of any script)
+        stem = stem.encode()[:200].decode(errors="ignore") or "model"  # a file name holds 255 bytes
         output = f"{stem}.plan"
         _refuse_overwriting_inputs(output, "the default output", model, frozen, sign_key)
     try:
@@ -413,7 +414,8 @@ def _feeds_from_files(specs, session):
     for spec in specs:
         name, a = _load_npy(spec)
         if name not in want:
-            raise FeedError(f"--input {name}: the plan has no input {name!r} (its inputs: {', '.join(want)})")
+            raise FeedError(f"--input {name}: the plan has no input {name!r} "
+                            + (f"(its inputs: {', '.join(want)})" if want else "(it has no inputs)"))
         if name in feeds:
             raise FeedError(f"--input {name}: given twice")
         feeds[name] = _as_bfloat16(a, f"--input {name}") if want[name] == "bfloat16" else a

@@ -104,6 +104,16 @@ def test_default_output_name_stays_in_cwd(tmp_path):
     assert sorted(os.listdir(work)) == ["escape_me.plan"]
 
 
+@pytest.mark.parametrize("name, file", [("模型 ü", "模型_ü.plan"), ("ж" * 300, "ж" * 100 + ".plan"), ("../", "model.plan")])
+def test_default_output_name_keeps_letters_of_any_script(tmp_path, name, file):
+    path = write_model(tmp_path, lambda d: d.update(name=name))
+    work = tmp_path / "work"
+    work.mkdir()
+    r = subprocess.run([sys.executable, "-m", "aotplan.cli", "compile", path], cwd=work, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(work)) == [file]
+
+
 @pytest.fixture(scope="module")
 def plan_file(examples, tmp_path_factory):
     p = tmp_path_factory.mktemp("rob") / "mlp.plan"
