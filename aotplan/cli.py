@@ -536,6 +536,9 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     """Load PLAN, run it STEPS times in place, print its outputs and step times."""
     import executor
 
+    if not random_inputs and click.get_current_context().get_parameter_source("seed").name == "COMMANDLINE":
+        raise AotplanError("--seed seeds --random-inputs, which is not given: add --random-inputs (for the "
+                           "inputs not given by --input) or leave out --seed")
     executor.set_cpu_dispatch(cpu_dispatch, warn=False)  # (in-process callers may have started JAX)
     if out_path:
         from aotplan.fileio import refuse_overwriting

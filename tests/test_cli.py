@@ -253,6 +253,11 @@ def test_replay_states_device_memory_before_the_first_step(mlp_plan, monkeypatch
     assert r.exit_code != 0 and "; device memory " in r.output.splitlines()[0], r.output
 
 
+def test_replay_seed_without_random_inputs_is_refused(mlp_plan):
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--seed", "3"])
+    assert r.exit_code == 2 and r.output.startswith("error: --seed seeds --random-inputs, which is not given"), r.output
+
+
 def test_replay_cpu_dispatch_option(mlp_plan):
     r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--steps", "2", "--cpu-dispatch", "async"])
     assert r.exit_code == 0, r.output
