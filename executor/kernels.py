@@ -18,7 +18,8 @@ def load_kernel(k):
     try:
         exp = jax.export.deserialize(bytearray(k.exported))
     except Exception as e:  # a corrupt blob can fail in many layers of flatbuffers/MLIR
-        raise PlanError(f"kernel {k.name!r}: cannot deserialize its exported program: {e}") from None
+        raise PlanError(f"kernel {k.name!r}: its exported program is not a readable jax.export serialization "
+                        f"(the plan is corrupt or was not written by aotplan; {type(e).__name__}: {e})") from None
     return exp
 
 
