@@ -63,7 +63,7 @@ of TFLite.
 import gc
 from bisect import bisect_left, bisect_right, insort
 from contextlib import contextmanager
-from operator import add, sub
+from operator import add
 
 import numpy as np
 
@@ -227,19 +227,19 @@ def _best_gap_union(lists, size):
     those have ended, and the last of them at that end. So the gaps are
     starts[k] - ends[k - 1] where that is positive (a tagged difference: a gap of g bytes
     is 2g + 1), and the top of the union is the last end."""
-    starts, ends = [], [0]  # ends[k] is the (k - 1)-th end; 0 the floor below the first start
+    bounds = []
     for runs in lists:
-        starts += runs[0::2]
-        ends += runs[1::2]
+        bounds += runs  # whole runs: the starts stay at the even positions
+    starts, ends = bounds[0::2], bounds[1::2]
+    ends.append(0)  # the floor below the first start: sorted, ends[k] is the (k - 1)-th end
     starts.sort()
     ends.sort()
     least = 2 * size  # a tagged gap holds `size` bytes iff it is above this
-    best, at, k = 0, 0, 0
-    for gap in map(sub, starts, ends):
-        if gap > least and (not best or gap < best):  # the first smallest: the lowest
-            best, at = gap, k
-        k += 1
-    return ends[at] >> 1 if best else ends[-1] >> 1
+    best, at = 0, 0
+    for s, e in zip(starts, ends):
+        if s - e > least and (not best or s - e < best):  # the first smallest: the lowest
+            best, at = s - e, e
+    return at >> 1 if best else ends[-1] >> 1
 
 
 _NUMPY_EVENTS = 1024  # boundaries; past this many a union of lists goes to _best_gap_many
@@ -366,10 +366,11 @@ def _best_gap_indexed(runs, index, shift, lists, size):
     gaps that those runs fall into are read piece by piece; the best of the others is
     the first untouched key of the index from `size` up. The union of `lists` is read
     run by run as in `_best_gap_union`."""
-    starts, ends = [], [0]
+    bounds = []
     for extra in lists:
-        starts += extra[0::2]
-        ends += extra[1::2]
+        bounds += extra
+    starts, ends = bounds[0::2], bounds[1::2]
+    ends.append(0)
     starts.sort()
     ends.sort()
     n = len(runs)
