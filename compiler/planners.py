@@ -595,6 +595,8 @@ class _Layout:
         tree = np.flatnonzero(tree)
         owner, node, height = _decompose(lo[tree], hi[tree], n_leaves)
         owner = ids[tree][owner]  # positions in the table
+        hi_table = np.zeros(n, np.int64)  # last leaf by position in the table
+        hi_table[ids] = hi
         per_height = np.bincount(height, minlength=n_leaves.bit_length() + 1)
         cut = None
         for h in range(1, n_leaves.bit_length() - 1):
@@ -608,6 +610,17 @@ class _Layout:
         self.cut = cut
         low = height < cut if cut is not None else np.ones(len(node), bool)
         cptr, self.cnodes = _csr(owner[low], node[low], n)
+        # the lowest last leaf among the tensors of each canonical node below the cut, and
+        # among those that start at each leaf (placed or not): a query over a join leaves
+        # out a list whose tensors all reach it (they lie in the join's union)
+        self.reach = self.start_reach = None
+        if len(joins):
+            reach = np.full(2 * n_leaves, 2 * n_leaves)
+            np.minimum.at(reach, node[low], n_leaves + hi_table[owner[low]])
+            self.reach = reach.tolist()
+            reach = np.full(2 * n_leaves, 2 * n_leaves)
+            np.minimum.at(reach, n_leaves + lo[tree], n_leaves + hi[tree])
+            self.start_reach = reach.tolist()
         # above the cut: the nodes at height `cut` that the tensor covers, one stretch
         cut_a, cut_b = [0] * n, [0] * n
         if cut is not None and not low.all():
@@ -720,9 +733,7 @@ def _place(lay, order, limit=None):
     placed, placing, every, at_hub = [], [], [], []  # placing: ranges on their way into placed
     joined = [[] for _ in joins]  # the union of the tree's tensors live at each join
     leads = [[None] * (n + 1) for n in lay.lead_len]  # per join, its lead-in (Fenwick tree, from 1)
-    # the lowest last leaf among the tensors of full[v] and of the leaf lists starts[v]: a
-    # list whose tensors all reach a join is inside its union (kept where there are joins)
-    reach, start_reach = [n_nodes] * n_nodes, [n_nodes] * n_nodes
+    reach, start_reach = lay.reach, lay.start_reach  # (where there are joins)
     hub_tensors, hub_lo, hub_hi = [], n_nodes, -1  # (lo, hi, start, end) of the placed ones
     max_lo, min_hi = -1, n_nodes  # every placed tensor meets lo..hi iff max_lo <= hi and min_hi >= lo
     offsets = [0] * len(records)
@@ -814,7 +825,7 @@ def _place(lay, order, limit=None):
                             runs = reach_starts[v]
                             if runs:
                                 lists.append(runs)
-                    elif start_reach[v] < join or v > join:  # else all of them live at the join
+                    elif join > n_nodes or v > join or start_reach[v] < join:  # else all of them live at the join
                         runs = starts[v]
                         if runs:
                             lists.append(runs)
@@ -871,10 +882,6 @@ def _place(lay, order, limit=None):
                         runs[a:b] = () if b & 1 else (e,)
                     else:
                         runs[a:b] = (s,) if b & 1 else (s, e)
-            if joins:
-                for c in cnodes[c0:c1]:
-                    if hi < reach[c]:
-                        reach[c] = hi
             if cut_b:
                 for w in range(cut_a, cut_b):
                     cut_pending[w] += (off, end)
@@ -885,8 +892,6 @@ def _place(lay, order, limit=None):
                 starts[lo] = [s, e]
             else:
                 _union_into(runs, off, end)
-            if joins and hi < start_reach[lo]:
-                start_reach[lo] = hi
             x = sup[lo]  # into the gathering nodes above its first leaf that a query will read
             if joins:
                 while x:
