@@ -865,12 +865,17 @@ def _place(lay, order, limit=None):
             s, e = 2 * off + 1, 2 * end
             if lead_b:
                 lead, p = leads[lead_b - 1], lead_p
-                while p < len(lead):
+                n_lead = len(lead)
+                while p < n_lead:
                     runs = lead[p]
                     if runs is None:
                         lead[p] = [s, e]
-                    else:
-                        _union_into(runs, off, end)
+                    else:  # _union_into inlined, as below
+                        a, b = bisect_left(runs, s - 1), bisect_right(runs, e + 1)
+                        if a & 1:
+                            runs[a:b] = () if b & 1 else (e,)
+                        else:
+                            runs[a:b] = (s,) if b & 1 else (s, e)
                     p += p & -p
             for c in cnodes[c0:c1]:  # (the most frequent union: _union_into inlined)
                 runs = full[c]
@@ -885,8 +890,9 @@ def _place(lay, order, limit=None):
             if cut_b:
                 for w in range(cut_a, cut_b):
                     cut_pending[w] += (off, end)
-            for k in range(j0, j1):
-                _union_into(joined[k], off, end)
+            if j0 < j1:
+                for k in range(j0, j1):
+                    _union_into(joined[k], off, end)
             runs = starts[lo]
             if runs is None:
                 starts[lo] = [s, e]
