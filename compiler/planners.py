@@ -149,33 +149,34 @@ def _merge_events(events):
 
 
 def _add_ranges(runs, ranges):
-    """`runs` (tagged, or None for none) plus the byte ranges [a0, b0, a1, b1, ...] (they
-    often overlap). A few ranges go in one by one; more are merged with the runs in one
-    sweep when the runs are not many more than them (else merged among themselves first,
-    then added one by one), by numpy past _NUMPY_RANGES boundaries."""
+    """`runs` (tagged, or None for none) plus the runs `ranges` (tagged, but they often
+    overlap). A few ranges go in one by one; more are merged with the runs in one sweep
+    when the runs are not many more than them (else merged among themselves first, then
+    added one by one), by numpy past _NUMPY_RANGES boundaries."""
     if runs is None:
         runs = []
     if len(ranges) > 4:
         if len(runs) <= _SWEEP_RUNS * len(ranges):
             return _merge_ranges(ranges, runs)
-        new = _merge_ranges(ranges, ())
-        for k in range(0, len(new), 2):
-            _union_into(runs, new[k] >> 1, new[k + 1] >> 1)
-        return runs
-    for k in range(0, len(ranges), 2):
-        _union_into(runs, ranges[k], ranges[k + 1])
+        ranges = _merge_ranges(ranges, ())
+    for k in range(0, len(ranges), 2):  # (_union_into, on tagged boundaries)
+        s, e = ranges[k], ranges[k + 1]
+        i, j = bisect_left(runs, s - 1), bisect_right(runs, e + 1)
+        if i & 1:
+            runs[i:j] = () if j & 1 else (e,)
+        else:
+            runs[i:j] = (s,) if j & 1 else (s, e)
     return runs
 
 
 def _merge_ranges(ranges, runs):
-    """The union of the byte ranges [a0, b0, a1, b1, ...] and the tagged runs `runs` as
-    tagged runs. With the starts and the ends sorted apart, a run of the union begins at
-    the k-th start iff the (k - 1)-th end lies below it (touching ranges merge), and the
-    run before it ends there (see `_best_gap_union`): tagged, start - end > 1."""
+    """The union of the runs `ranges` (tagged, possibly overlapping) and the tagged runs
+    `runs` as tagged runs. With the starts and the ends sorted apart, a run of the union
+    begins at the k-th start iff the (k - 1)-th end lies below it (touching ranges
+    merge), and the run before it ends there (see `_best_gap_union`): start - end > 1."""
     if len(ranges) + len(runs) > _NUMPY_RANGES:
         return _merge_ranges_np(ranges, runs)
-    starts = [2 * a + 1 for a in ranges[0::2]]
-    ends = [2 * b for b in ranges[1::2]]
+    starts, ends = ranges[0::2], ranges[1::2]
     starts += runs[0::2]
     ends += runs[1::2]
     starts.sort()
@@ -191,17 +192,15 @@ def _merge_ranges(ranges, runs):
 def _merge_ranges_np(ranges, runs):
     """`_merge_ranges` by numpy."""
     both = np.array(ranges, dtype=np.int64)
-    starts, ends = both[0::2], both[1::2]
     if len(runs):
-        tagged = np.array(runs, dtype=np.int64) >> 1
-        starts, ends = np.concatenate((starts, tagged[0::2])), np.concatenate((ends, tagged[1::2]))
-    starts, ends = np.sort(starts), np.sort(ends)
-    new = np.flatnonzero(starts[1:] > ends[:-1]) + 1  # the starts that begin a run
+        both = np.concatenate((both, np.array(runs, dtype=np.int64)))
+    starts, ends = np.sort(both[0::2]), np.sort(both[1::2])
+    new = np.flatnonzero(starts[1:] - ends[:-1] > 1) + 1  # the starts that begin a run
     out = np.empty(2 * len(new) + 2, dtype=np.int64)
-    out[0] = 2 * starts[0] + 1
-    out[2::2] = 2 * starts[new] + 1
-    out[1:-1:2] = 2 * ends[new - 1]
-    out[-1] = 2 * ends[-1]
+    out[0] = starts[0]
+    out[2::2] = starts[new]
+    out[1:-1:2] = ends[new - 1]
+    out[-1] = ends[-1]
     return out.tolist()
 
 
@@ -723,14 +722,14 @@ def _place(lay, order, limit=None):
     n_nodes = 2 * n_leaves
     full = [None] * n_nodes  # the tree's tensors by canonical node, below the cut
     starts = [None] * n_nodes  # by first leaf; at internal nodes, gathered from below
-    pending = [None] * n_nodes  # ranges on their way into starts[v], when it is read
+    pending = [None] * n_nodes  # runs (see _add_ranges) on their way into starts[v], when it is read
     reach_starts, reach_pending = [None] * n_nodes, [None] * n_nodes  # those reaching node_join[v]
     if cut is not None:  # the nodes at height `cut`: the union of the tensors covering each
         n_cut = n_nodes >> cut
         cut_runs = [[] for _ in range(n_cut)]
         cut_index = [[] for _ in range(n_cut)]  # its gaps by size (see _index_gaps)
         cut_pending = [[] for _ in range(n_cut)]
-    placed, placing, every, at_hub = [], [], [], []  # placing: ranges on their way into placed
+    placed, placing, every, at_hub = [], [], [], []  # placing: runs on their way into placed (see _add_ranges)
     joined = [[] for _ in joins]  # the union of the tree's tensors live at each join
     leads = [[None] * (n + 1) for n in lay.lead_len]  # per join, its lead-in (Fenwick tree, from 1)
     reach, start_reach = lay.reach, lay.start_reach  # (where there are joins)
@@ -856,13 +855,13 @@ def _place(lay, order, limit=None):
             top = end
             if limit is not None and top >= limit:
                 return None
-        placing += (off, end)
+        s, e = 2 * off + 1, 2 * end  # tagged
+        placing += (s, e)
         if lo > max_lo:
             max_lo = lo
         if hi < min_hi:
             min_hi = hi
         if kind >= 3:
-            s, e = 2 * off + 1, 2 * end
             if lead_b:
                 lead, p = leads[lead_b - 1], lead_p
                 n_lead = len(lead)
@@ -905,24 +904,24 @@ def _place(lay, order, limit=None):
                         if reach_need[x]:
                             ranges = reach_pending[x]
                             if ranges is None:
-                                reach_pending[x] = [off, end]
+                                reach_pending[x] = [s, e]
                             else:
-                                ranges += (off, end)
+                                ranges += (s, e)
                     elif need[x]:
                         ranges = pending[x]
                         if ranges is None:
-                            pending[x] = [off, end]
+                            pending[x] = [s, e]
                         else:
-                            ranges += (off, end)
+                            ranges += (s, e)
                     x = sup[x]
             else:
                 while x:
                     if need[x]:
                         ranges = pending[x]
                         if ranges is None:
-                            pending[x] = [off, end]
+                            pending[x] = [s, e]
                         else:
-                            ranges += (off, end)
+                            ranges += (s, e)
                     x = sup[x]
         elif kind == 2:
             _union_into(at_hub, off, end)
