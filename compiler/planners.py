@@ -132,6 +132,15 @@ def _union_into(runs, a, b):
         runs[i:j] = [2 * a + 1] if j & 1 else [2 * a + 1, 2 * b]
 
 
+def _union_tagged(runs, s, e):
+    """`_union_into` of the tagged run s = 2 * a + 1, e = 2 * b."""
+    i, j = bisect_left(runs, s - 1), bisect_right(runs, e + 1)
+    if i & 1:
+        runs[i:j] = () if j & 1 else (e,)
+    else:
+        runs[i:j] = (s,) if j & 1 else (s, e)
+
+
 def _merge_events(events):
     """Sorted tagged boundaries of possibly overlapping runs -> their union (tagged runs)."""
     out, depth = [], 0
@@ -161,7 +170,7 @@ def _add_ranges(runs, ranges):
         if len(runs) <= _SWEEP_RUNS * len(ranges):
             return _merge_ranges(ranges, runs)
         ranges = _merge_ranges(ranges, ())
-    for k in range(0, len(ranges), 2):  # (_union_into, on tagged boundaries)
+    for k in range(0, len(ranges), 2):  # (_union_tagged inlined)
         s, e = ranges[k], ranges[k + 1]
         i, j = bisect_left(runs, s - 1), bisect_right(runs, e + 1)
         if i & 1:
@@ -286,7 +295,7 @@ def _merge_skipping(acc, runs, budget):
         budget[0] -= 1
         if budget[0] < 0:
             return False
-        _union_into(acc, s >> 1, e >> 1)
+        _union_tagged(acc, s, e)
         k += 2
     return True
 
@@ -871,14 +880,14 @@ def _place(lay, order, limit=None):
                     runs = lead[p]
                     if runs is None:
                         lead[p] = [s, e]
-                    else:  # _union_into inlined, as below
+                    else:  # _union_tagged inlined, as below
                         a, b = bisect_left(runs, s - 1), bisect_right(runs, e + 1)
                         if a & 1:
                             runs[a:b] = () if b & 1 else (e,)
                         else:
                             runs[a:b] = (s,) if b & 1 else (s, e)
                     p += p & -p
-            for c in cnodes[c0:c1]:  # (the most frequent union: _union_into inlined)
+            for c in cnodes[c0:c1]:  # (the most frequent union: _union_tagged inlined)
                 runs = full[c]
                 if runs is None:
                     full[c] = [s, e]
@@ -893,12 +902,12 @@ def _place(lay, order, limit=None):
                     cut_pending[w] += (off, end)
             if j0 < j1:
                 for k in range(j0, j1):
-                    _union_into(joined[k], off, end)
+                    _union_tagged(joined[k], s, e)
             runs = starts[lo]
             if runs is None:
                 starts[lo] = [s, e]
             else:
-                _union_into(runs, off, end)
+                _union_tagged(runs, s, e)
             x = sup[lo]  # into the gathering nodes above its first leaf that a query will read
             if joins:
                 while x:
