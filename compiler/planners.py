@@ -464,6 +464,22 @@ def _decompose(lo, hi, n_leaves):
     return tuple(np.concatenate(part) for part in zip(*out))
 
 
+def _leaf_ranges(first, last):
+    """The distinct first steps (points), and each tensor's range of them: (number of
+    points, lo, hi) with lo, hi int64 arrays (first <= last). Steps from 0 up to a few
+    times the number of tensors are counted in a table; others are searched."""
+    if not len(first):
+        return 0, first, last
+    top = int(first.max())
+    if first.min() >= 0 and top <= 8 * len(first) + 4096:
+        is_point = np.zeros(top + 1, bool)
+        is_point[first] = True
+        upto = np.cumsum(is_point)  # points at or before a step
+        return int(upto[-1]), upto[first] - 1, upto[np.minimum(last, top)] - 1
+    points = np.unique(first)
+    return len(points), np.searchsorted(points, first), np.searchsorted(points, last, "right") - 1
+
+
 def _csr(owner, values, n):
     """Values grouped by owner (0 <= owner < n): (pointers, values) as lists."""
     order = np.argsort(owner, kind="stable")
@@ -527,14 +543,11 @@ class _Layout:
         self.alignment = alignment
         ids = np.flatnonzero((size > 0) & (first <= last))
         self.n_live = len(ids)
-        points = np.unique(first[ids])
-        n_points = len(points)
+        n_points, lo, hi = _leaf_ranges(first[ids], last[ids])
         n_leaves = 1
         while n_leaves < n_points:
             n_leaves *= 2
         self.n_leaves = n_leaves
-        lo = np.searchsorted(points, first[ids])
-        hi = np.searchsorted(points, last[ids], "right") - 1
         aligned = -(-size[ids] // alignment) * alignment
         self.shift = int(aligned.sum() // alignment).bit_length() + 1  # gap starts (units) < 2 ** shift
         delta = np.zeros(n_points + 1, np.int64)  # live bytes per leaf, as differences
@@ -1030,17 +1043,15 @@ def _breadth_order(cols, alignment):
     if not len(live):
         return []
     first, last, size, tensor = first[live], last[live], size[live], tensor[live]
-    points = np.unique(first)
-    lo = np.searchsorted(points, first)
-    hi = np.searchsorted(points, last, "right") - 1
+    n_points, lo, hi = _leaf_ranges(first, last)
     aligned = -(-size // alignment) * alignment
-    delta = np.zeros(len(points) + 1, dtype=np.int64)
+    delta = np.zeros(n_points + 1, dtype=np.int64)
     np.add.at(delta, lo, aligned)
     np.add.at(delta, hi + 1, -aligned)
     breadth = np.cumsum(delta[:-1])
-    visit = np.lexsort((np.arange(len(points)), -breadth))  # by decreasing breadth, ties by step
-    rank = np.empty(len(points), dtype=np.int64)
-    rank[visit] = np.arange(len(points))
+    visit = np.lexsort((np.arange(n_points), -breadth))  # by decreasing breadth, ties by step
+    rank = np.empty(n_points, dtype=np.int64)
+    rank[visit] = np.arange(n_points)
     ranks = _range_min(rank, lo, hi)
     return live[np.lexsort((live, tensor, first, -size, ranks))].tolist()
 
