@@ -498,7 +498,7 @@ def _up_pointers(marked):
         p = v >> 1
         up[v] = np.where(marked[p], p, up[p])
         width *= 2
-    return up.tolist()
+    return up
 
 
 class _Layout:
@@ -516,11 +516,11 @@ class _Layout:
       2  `hub`: live at the leaf where most tensors are, when that leaf has _HUB_MIN of
          them and (their count) x (the others that meet them) <= _HUB_FILTER per tensor
       3  the tree: in the runs of its canonical nodes below the cut (`cnodes`, read by
-         the walk up from a leaf, `up`), of the cut's nodes it covers (`cut_a`..`cut_b`),
-         of the joins it covers, and in the start runs of its first leaf and of the
-         gathering nodes above it (`sup`; `need`: the queries still to read them); and
-         in a join's lead-in (`lead_b`, `lead_p`) if a query ending at that join reaches
-         back to its last leaf
+         the walks up from the first leaves of the queries, `walks`), of the cut's nodes
+         it covers (`cut_a`..`cut_b`), of the joins it covers, and in the start runs of
+         its first leaf and of the gathering nodes above it (`sup`; `need`: the queries
+         still to read them); and in a join's lead-in (`lead_b`, `lead_p`) if a query
+         ending at that join reaches back to its last leaf
       4  the tree, and its query ends at a join and covers no other: it reads the
          join's union and the lead-in (the prefix up to join - lo), nothing else of
          the tree
@@ -659,8 +659,20 @@ class _Layout:
             cut_a, cut_b = first_a.tolist(), last_b.tolist()
         marked = np.zeros(2 * n_leaves, bool)
         marked[node[low]] = True
-        self.up = _up_pointers(marked)
-        self.floor = (2 * n_leaves) >> cut if cut is not None else 1  # the walk from a leaf reads nodes >= floor
+        # the walk from the first leaf of a query (kinds 1 to 3): the leaf and its
+        # ancestors below the cut that are canonical nodes of some tensor (the lists of
+        # what is live there), walks[w0:w1], in the order of placement in memory
+        up, floor = _up_pointers(marked), (2 * n_leaves) >> cut if cut is not None else 1
+        walk = np.flatnonzero((kind >= 1) & (kind <= 3))
+        owner, x = ids[walk], n_leaves + lo[walk]
+        owners, nodes = [owner], [x]
+        while len(x):
+            x = up[x]
+            keep = x >= floor
+            owner, x = owner[keep], x[keep]
+            owners.append(owner)
+            nodes.append(x)
+        wptr, self.walks = _csr(np.concatenate(owners), np.concatenate(nodes), n)
         # start lists: the canonical nodes of lo + 1..hi of the long queries, none above
         # the height `cap`: a node above it is read as its descendants at that height
         longq = np.flatnonzero((kind >= 2) & (kind < 4) & (hi - lo >= _SHORT))
@@ -691,13 +703,14 @@ class _Layout:
         need = np.bincount(node[inner], minlength=2 * n_leaves)
         reach_need = np.bincount(node[inner & (query_join[owner] != node_join[node])], minlength=2 * n_leaves)
         self.need, self.reach_need = need.tolist(), reach_need.tolist()
-        self.sup = _up_pointers((need > 0) | (reach_need > 0))
-        # per tensor: (kind, size in units, first leaf node, last leaf node, its canonical
-        # nodes below the cut cnodes[c0:c1], start nodes snodes[s0:s1], cut nodes a..b - 1,
-        # joins j0..j1 - 1, into the lead-in of join lead_b - 1 at lead_p)
+        self.sup = _up_pointers((need > 0) | (reach_need > 0)).tolist()
+        # per tensor: (kind, size in units, first leaf node, last leaf node, its walk
+        # walks[w0:w1], its canonical nodes below the cut cnodes[c0:c1], start nodes
+        # snodes[s0:s1], cut nodes a..b - 1, joins j0..j1 - 1, into the lead-in of join
+        # lead_b - 1 at lead_p)
         sizes = (-(-size // alignment)).tolist()
-        self.records = list(zip(kinds, sizes, los, his, cptr[:-1], cptr[1:], sptr[:-1], sptr[1:],
-                                cut_a, cut_b, j0, j1, lead_b, lead_p))
+        self.records = list(zip(kinds, sizes, los, his, wptr[:-1], wptr[1:], cptr[:-1], cptr[1:], sptr[:-1],
+                                sptr[1:], cut_a, cut_b, j0, j1, lead_b, lead_p))
 
 
 def _start_cap(node, height, lo, n_leaves):
@@ -738,7 +751,7 @@ def _place(lay, order, limit=None):
     n_leaves, align, shift, records = lay.n_leaves, lay.alignment, lay.shift, lay.records
     if limit is not None:
         limit = -(-limit // align)
-    cnodes, snodes, up, sup, floor = lay.cnodes, lay.snodes, lay.up, lay.sup, lay.floor
+    walks, cnodes, snodes, sup = lay.walks, lay.cnodes, lay.snodes, lay.sup
     need = list(lay.need)  # queries still to come that read starts[v]
     reach_need = list(lay.reach_need)  # ... that read reach_starts[v]
     node_join, joins, hub, cut = lay.node_join, lay.joins, lay.hub, lay.cut
@@ -762,7 +775,7 @@ def _place(lay, order, limit=None):
     offsets = [0] * len(records)
     top = 0
     for i in order:
-        kind, size, lo, hi, c0, c1, s0, s1, cut_a, cut_b, j0, j1, lead_b, lead_p = records[i]  # lo, hi: leaf nodes
+        kind, size, lo, hi, w0, w1, c0, c1, s0, s1, cut_a, cut_b, j0, j1, lead_b, lead_p = records[i]  # lo, hi: leaf nodes
         if not kind:
             continue
         if max_lo <= hi and min_hi >= lo:  # everything placed conflicts
@@ -792,7 +805,7 @@ def _place(lay, order, limit=None):
                     if events:
                         events.sort()
                         lists.append(_merge_events(events))
-            x = lo  # live at lo: the ancestors below the cut, then the cut's union
+            # live at lo: its walk (the ancestors below the cut), then the cut's union
             if kind == 4:  # ends at a join: its lead-in from lo on (and the join's union, below)
                 lead, p = leads[j0], hi - lo
                 while p:
@@ -802,18 +815,16 @@ def _place(lay, order, limit=None):
                     p &= p - 1
             elif j0 < j1:  # over a join: leave out what lies in its union
                 join = joins[j1 - 1]
-                while x >= floor:
+                for x in walks[w0:w1]:
                     runs = full[x]
                     if runs and reach[x] < join:
                         lists.append(runs)
-                    x = up[x]
             else:
                 join = n_nodes + 1  # above every reach
-                while x >= floor:
+                for x in walks[w0:w1]:
                     runs = full[x]
                     if runs:
                         lists.append(runs)
-                    x = up[x]
             if cut is not None and kind != 4:
                 w = lo >> cut
                 base, ranges = cut_runs[w], cut_pending[w]
