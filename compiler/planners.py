@@ -1032,12 +1032,8 @@ def _range_min(values, lo, hi):
         table.append(np.minimum(prev[:-span], prev[span:]))
         span *= 2
     length = hi - lo + 1
-    level = np.zeros(len(lo), dtype=np.int64)
-    while True:  # floor(log2(length)), exactly, without floats
-        more = (length >> (level + 1)) > 0
-        if not more.any():
-            break
-        level += more
+    powers = np.left_shift(1, np.arange(63, dtype=np.int64))
+    level = np.searchsorted(powers, length, "right") - 1  # floor(log2(length)), exactly, without floats
     out = np.empty(len(lo), dtype=np.int64)
     for k in np.unique(level).tolist():
         sel = level == k
