@@ -756,6 +756,7 @@ def _place(lay, order, limit=None):
     reach_need = list(lay.reach_need)  # ... that read reach_starts[v]
     node_join, joins, hub, cut = lay.node_join, lay.joins, lay.hub, lay.cut
     indexed_runs, indexed_extra = 2 * _INDEXED_RUNS, _INDEXED_EXTRA
+    skip_budget = _SKIP_BUDGET
     n_nodes = 2 * n_leaves
     full = [None] * n_nodes  # the tree's tensors by canonical node, below the cut
     starts = [None] * n_nodes  # by first leaf; at internal nodes, gathered from below
@@ -871,9 +872,23 @@ def _place(lay, order, limit=None):
                 if base:
                     lists.append(base)
                 if j0 < j1:  # over a join: into its union (which holds what was left out), skipping what that covers
-                    acc, budget = list(joined[j1 - 1]), [_SKIP_BUDGET]
-                    for k, runs in enumerate(lists):
-                        if not _merge_skipping(acc, runs, budget):
+                    acc, budget = list(joined[j1 - 1]), skip_budget
+                    for k, runs in enumerate(lists):  # (_merge_skipping inlined: the budget is shared)
+                        p, n_runs = 0, len(runs)
+                        while p < n_runs:
+                            s, e = runs[p], runs[p + 1]
+                            q = bisect_right(acc, s)
+                            if q & 1 and e <= acc[q]:  # inside a run of acc: skip what it covers
+                                p = bisect_right(runs, acc[q], p)
+                                if p & 1:
+                                    p -= 1
+                                continue
+                            budget -= 1
+                            if budget < 0:
+                                break
+                            _union_tagged(acc, s, e)
+                            p += 2
+                        if budget < 0:  # the union has many gaps: the lists left are read as they are
                             lists[:k] = [acc] if acc else []
                             break
                     else:
