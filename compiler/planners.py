@@ -1059,11 +1059,11 @@ def _range_min(values, lo, hi):
 
 def _breadth_order(cols, alignment):
     """TFLite's greedy-by-breadth order (see greedy_by_breadth): positions of the
-    tensors with bytes."""
+    tensors with bytes (an int64 array)."""
     first, last, size, tensor = cols
     live = np.flatnonzero((size > 0) & (first <= last))
     if not len(live):
-        return []
+        return live
     first, last, size, tensor = first[live], last[live], size[live], tensor[live]
     n_points, lo, hi = _leaf_ranges(first, last)
     aligned = -(-size // alignment) * alignment
@@ -1075,7 +1075,7 @@ def _breadth_order(cols, alignment):
     rank = np.empty(n_points, dtype=np.int64)
     rank[visit] = np.arange(n_points)
     ranks = _range_min(rank, lo, hi)
-    return live[np.lexsort((live, tensor, first, -size, ranks))].tolist()
+    return live[np.lexsort((live, tensor, first, -size, ranks))]
 
 
 @register("greedy_by_breadth")
@@ -1092,7 +1092,7 @@ def greedy_by_breadth(ivs, alignment):
         order = _breadth_order(cols, alignment)  # the tensors with bytes; then the others
         rest = np.ones(len(cols[0]), bool)
         rest[order] = False
-        perm = np.concatenate((np.array(order, np.int64), np.flatnonzero(rest)))
+        perm = np.concatenate((order, np.flatnonzero(rest)))
         return _unpermute(_place(_Layout(_permute(cols, perm), alignment), range(len(order))), perm)
 
 
