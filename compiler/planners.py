@@ -659,9 +659,9 @@ class _Layout:
             cut_a, cut_b = first_a.tolist(), last_b.tolist()
         marked = np.zeros(2 * n_leaves, bool)
         marked[node[low]] = True
-        # the walk from the first leaf of a query (kinds 1 to 3): the leaf and its
-        # ancestors below the cut that are canonical nodes of some tensor (the lists of
-        # what is live there), walks[w0:w1], in the order of placement in memory
+        # the walk of a query (kinds 1 to 3): its first leaf and the ancestors of that
+        # leaf below the cut that are canonical nodes of some tensor (whose lists hold
+        # what is live there), walks[w0:w1], listed as the table is (see _permute)
         up, floor = _up_pointers(marked), (2 * n_leaves) >> cut if cut is not None else 1
         walk = np.flatnonzero((kind >= 1) & (kind <= 3))
         owner, x = ids[walk], n_leaves + lo[walk]
@@ -776,7 +776,7 @@ def _place(lay, order, limit=None):
     offsets = [0] * len(records)
     top = 0
     for i in order:
-        kind, size, lo, hi, w0, w1, c0, c1, s0, s1, cut_a, cut_b, j0, j1, lead_b, lead_p = records[i]  # lo, hi: leaf nodes
+        kind, size, lo, hi, w0, w1, c0, c1, s0, s1, cut_a, cut_b, j0, j1, lead_b, lead_p = records[i]  # (leaf nodes)
         if not kind:
             continue
         if max_lo <= hi and min_hi >= lo:  # everything placed conflicts
@@ -806,7 +806,7 @@ def _place(lay, order, limit=None):
                     if events:
                         events.sort()
                         lists.append(_merge_events(events))
-            # live at lo: its walk (the ancestors below the cut), then the cut's union
+            # live at lo: its walk (the leaf and its ancestors below the cut), then the cut's union
             if kind == 4:  # ends at a join: its lead-in from lo on (and the join's union, below)
                 lead, p = leads[j0], hi - lo
                 while p:
@@ -860,7 +860,7 @@ def _place(lay, order, limit=None):
                             runs = reach_starts[v]
                             if runs:
                                 lists.append(runs)
-                    elif join > n_nodes or v > join or start_reach[v] < join:  # else all of them live at the join
+                    elif join > n_nodes or v > join or start_reach[v] < join:  # (no join) else all live at it
                         runs = starts[v]
                         if runs:
                             lists.append(runs)
