@@ -303,6 +303,16 @@ def test_deterministic_and_independent_of_list_order(ivs, alignment, rnd):
         assert dict(zip((a.tensor for a in shuffled), plan(shuffled, alignment))) == by_tensor, name
 
 
+@settings(max_examples=50, deadline=None)
+@given(interval_sets(max_size=60), ALIGNMENTS)
+def test_steps_far_apart_plan_alike(ivs, alignment):
+    # the leaves of the step ranges: by a table of the steps when they are few, else by
+    # search; only the order of the steps matters
+    far = [iv(a.tensor, a.first * 10**9 + 7, a.last * 10**9 + 7, a.nbytes) for a in ivs]
+    for name in ("greedy_by_size", "greedy_by_breadth"):
+        plan = planners.PLANNERS[name]
+        assert plan(far, alignment) == plan(ivs, alignment), name
+
 # Knobs that pick the engine's structures (only its speed depends on them): extreme
 # values force every path (the gap index of a cut, joins, the hub, gathering caps, numpy).
 ENGINE_KNOBS = ("_SHORT", "_CUT_PUSHES", "_CUT_COVER", "_CUT_SHARE", "_INDEXED_RUNS", "_INDEXED_EXTRA", "_HUB_MIN",
