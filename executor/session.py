@@ -331,6 +331,10 @@ class Session:
                 progress(f"loading kernel {k.name!r}")
                 exp = load_kernel(k)
                 check_signature(k.name, exp, takes, returns)
+                if sorted(exp.platforms) != sorted(plan.provenance.platforms):  # what `inspect` shows
+                    raise PlanError(f"kernel {k.name!r} is exported for {', '.join(exp.platforms)}, but the plan's "
+                                    f"provenance.platforms says {', '.join(plan.provenance.platforms) or 'none'}: "
+                                    f"the plan was altered")
                 donate = role != "output"
                 if ki in loading:
                     try:

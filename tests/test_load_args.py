@@ -306,3 +306,16 @@ def test_jobs(plan_files):
     assert outs[0].keys() == outs[1].keys()
     for k in outs[0]:
         assert (outs[0][k] == outs[1][k]).all()
+
+
+def test_provenance_platforms_must_match_the_kernels(examples):
+    """`inspect` shows provenance.platforms: a plan that says cuda while its kernels are
+    exported for this host is refused at load, not run under a false label."""
+    import dataclasses
+
+    _, plan, _ = examples["mlp"]
+    for said in (("cuda",), ()):
+        altered = dataclasses.replace(plan, provenance=dataclasses.replace(plan.provenance, platforms=said))
+        with pytest.raises(PlanError, match=r"^kernel '.*' is exported for .*, but the plan's provenance.platforms "
+                                            r"says (cuda|none): the plan was altered$"):
+            executor.Session(altered, warmup=False)
