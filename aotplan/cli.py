@@ -434,7 +434,7 @@ def _frozen_values(specs, graph):
     return values
 
 
-def _refuse_overwriting_inputs(output, flag, model, frozen, sign_key=None):
+def _refuse_overwriting_inputs(output, flag, model, frozen, sign_key):
     """The plan must not land on the model, its weights, a --freeze-input file or the
     signing key."""
     from aotplan.fileio import refuse_overwriting
@@ -543,10 +543,10 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     if out_path:
         from aotplan.fileio import refuse_overwriting
 
-        refuse_overwriting(out_path, {"plan": plan_path, **{f"--input {n} file": p for n, p in map(_split_spec, inputs)},
-                                      "--trust-key file": trust_key,
-                                      "AOTPLAN_TRUST_KEY file": None if trust_key else os.environ.get("AOTPLAN_TRUST_KEY")},
-                           "--output")
+        reads = {"plan": plan_path, **{f"--input {n} file": p for n, p in map(_split_spec, inputs)},
+                 "--trust-key file": trust_key,
+                 "AOTPLAN_TRUST_KEY file": None if trust_key else os.environ.get("AOTPLAN_TRUST_KEY")}
+        refuse_overwriting(out_path, reads, "--output")
         _refuse_unwritable(out_path, f"outputs to {out_path!r}")
     input_files = [p for _, p in map(_split_spec, inputs)]
     if dump_dir:

@@ -470,7 +470,8 @@ def test_plan_errors_name_the_file(tmp_path):
     bad.write_bytes(b"garbage")
     for cmd in ("verify", "inspect", "replay"):
         r = CliRunner().invoke(main, [cmd, str(bad)])
-        assert r.exit_code == 2 and r.output == f"error: {bad}: not an aotplan plan (bad magic bytes)\n", (cmd, r.output)
+        assert r.exit_code == 2, (cmd, r.output)
+        assert r.output == f"error: {bad}: not an aotplan plan (bad magic bytes)\n", (cmd, r.output)
 
 
 def test_check_compares_float64_as_the_float32_it_is_computed_in():

@@ -104,7 +104,8 @@ def test_default_output_name_stays_in_cwd(tmp_path):
     assert sorted(os.listdir(work)) == ["escape_me.plan"]
 
 
-@pytest.mark.parametrize("name, file", [("模型 ü", "模型_ü.plan"), ("ж" * 300, "ж" * 100 + ".plan"), ("../", "model.plan")])
+@pytest.mark.parametrize("name, file", [("模型 ü", "模型_ü.plan"), ("ж" * 300, "ж" * 100 + ".plan"),
+                                        ("../", "model.plan")])
 def test_default_output_name_keeps_letters_of_any_script(tmp_path, name, file):
     path = write_model(tmp_path, lambda d: d.update(name=name))
     work = tmp_path / "work"

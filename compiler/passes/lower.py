@@ -355,7 +355,8 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
             return arena
 
         place_k = add("place_constants", place_constants, [arena_spec] + [_spec(recs[t]) for t in arena_consts])
-    fp = native.fingerprint(export.native_for) if export.native_for is not None and any(k.native for k in kernels) else ""
+    native_for = export.native_for
+    fp = native.fingerprint(native_for) if native_for is not None and any(k.native for k in kernels) else ""
     if not fp:
         kernels = [dataclasses.replace(k, native=b"") for k in kernels]
     return Lowered(tuple(kernels), tuple(launches), in_k, out_k, place_k, tuple(sorted(export.platforms)), fp)
