@@ -5,4 +5,4 @@ device-shape math of formats, errors, the plan verifier and the CLI. Nothing in 
 package imports `compiler` (the CLI does so only inside the commands that compile).
 """
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"

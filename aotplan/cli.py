@@ -216,10 +216,16 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
 @click.option("--jobs", type=click.IntRange(min=0), default=0, metavar="N",
               help="XLA compiles to run at once while lowering the launches (default 0: one per CPU this process "
                    "may use, at most 8). The plan is the same for any N.")
+@click.option("--inline-constants", "inline_bytes", type=click.IntRange(min=0), default=None, metavar="BYTES",
+              help="Sink and fused plans with weights in the pool: compile the small constants (64 KiB at most each, "
+                   "smallest first, each read by one launch with a kernel of its own) into the kernels as "
+                   "literals, up to BYTES in all (default 1048576; 0: none). Each argument costs a call about a "
+                   "microsecond on CPU, about as much as a small model's whole step; the plan states their bytes "
+                   "as part of the step's device memory.")
 @_handle_errors
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, fuse_min_flops,
                 no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement, schedule,
-                format_policy, no_conv_bands, jobs):
+                format_policy, no_conv_bands, jobs, inline_bytes):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     from aotplan import codec
     from aotplan.fileio import atomic_write
@@ -231,7 +237,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                             placement=placement,
                             schedule=schedule, format_policy=format_policy, conv_bands=not no_conv_bands, jobs=jobs,
                             targets={"host": (), "both": ("cpu", "cuda")}.get(target, (target,)),
-                            **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}))
+                            **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}),
+                            **({"inline_bytes": inline_bytes} if inline_bytes is not None else {}))
     key = codec.read_key(sign_key) if sign_key else None
     bar = {}
 
@@ -277,6 +284,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     n_placed = len({t.base for i, t in enumerate(plan.tensors) if t.base >= 0 and i in written})
     n_after = sum(len(l.nodes) for l in plan.launches) + n_views + n_placed - res.formats.conversions
     n_launch_kernels = len({l.kernel for l in plan.launches})
+    n_inline = sum(1 for t in plan.tensors if t.storage == "inline")
     click.echo(f"  nodes {res.n_nodes} ({n_after} after clean-up: {', '.join(plan.passes) or 'none'}); "
                f"launch mode {plan.launch_mode}: {_n(len(plan.launches), 'launch')}"
                + (f" ({n_views} reshape{' is a view' if n_views == 1 else 's are views'}, no launch)" if n_views else "")
@@ -288,7 +296,9 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     click.echo(f"  arena {_fmt_bytes(m.arena_bytes)} ({plan.planner}); lower bound {_fmt_bytes(m.lower_bound_bytes)}, "
                f"naive {_fmt_bytes(m.naive_bytes)}; model bounds: plain {_fmt_bytes(m.plain_bound_bytes)}, "
                f"with sharing {_fmt_bytes(m.shared_bound_bytes)}")
-    click.echo(f"  constant pool {_fmt_bytes(m.constant_pool_bytes)}; max workspace {_fmt_bytes(m.max_workspace_bytes)}")
+    click.echo(f"  constant pool {_fmt_bytes(m.constant_pool_bytes)}"
+               + (f"; inline constants {_fmt_bytes(m.inline_constant_bytes)} ({_n(n_inline, 'tensor')} compiled into "
+                  f"the kernels)" if n_inline else "") + f"; max workspace {_fmt_bytes(m.max_workspace_bytes)}")
     fs = res.formats
     chosen = fs.policy if format_policy != "auto" else f"auto -> {fs.policy}" + (
         " (predicted: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in fs.estimates if k != "sink") + ")"
@@ -566,7 +576,9 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     click.echo(f"plan {plan_path}: loaded in {session.load_seconds * 1e3:.1f} ms ({session.kernel_source} kernels); "
                f"launch mode {plan.launch_mode}, {_n(len(plan.launches), 'launch')} per step; device memory "
                f"{_fmt_bytes(m.step_device_bytes)} (arena {_fmt_bytes(m.arena_bytes)}, pool "
-               f"{_fmt_bytes(m.constant_pool_bytes)}, workspace {_fmt_bytes(m.max_workspace_bytes)})")
+               f"{_fmt_bytes(m.constant_pool_bytes)}, "
+               + (f"inline constants {_fmt_bytes(m.inline_constant_bytes)}, " if m.inline_constant_bytes else "")
+               + f"workspace {_fmt_bytes(m.max_workspace_bytes)})")
     times = []
     for _ in range(steps):  # (the device memory is stated before the first step)
         t0 = time.perf_counter()
@@ -761,7 +773,7 @@ def plan_summary(plan, path):
         "memory": {"arena_bytes": m.arena_bytes, "lower_bound_bytes": m.lower_bound_bytes,
                    "plain_bound_bytes": m.plain_bound_bytes, "shared_bound_bytes": m.shared_bound_bytes,
                    "naive_bytes": m.naive_bytes, "constant_pool_bytes": m.constant_pool_bytes,
-                   "max_workspace_bytes": m.max_workspace_bytes, "step_device_bytes": m.step_device_bytes,
+                   "inline_constant_bytes": m.inline_constant_bytes, "max_workspace_bytes": m.max_workspace_bytes, "step_device_bytes": m.step_device_bytes,
                    "input_bytes": sum(plan.tensors[i].nbytes for i in plan.inputs),
                    "output_bytes": sum(plan.tensors[i].nbytes for i in plan.outputs)},
         "provenance": {"model_name": p.model_name, "model_digest": p.model_digest,
@@ -848,7 +860,10 @@ def inspect(plan_path, as_json):
     click.echo(f"launch mode {s['launch_mode']}, weights in {s['weights']}, planner {s['planner']}, "
                f"alignment {s['alignment']} B, passes {', '.join(s['passes']) or 'none'}")
     click.echo(f"device memory a step needs: {m['step_device_bytes']} B = arena {m['arena_bytes']} B + constant "
-               f"pool {m['constant_pool_bytes']} B + max workspace (XLA temp) {m['max_workspace_bytes']} B")
+               f"pool {m['constant_pool_bytes']} B + "
+               + (f"inline constants (in the kernels) {m['inline_constant_bytes']} B + "
+                  if m["inline_constant_bytes"] else "")
+               + f"max workspace (XLA temp) {m['max_workspace_bytes']} B")
     click.echo(f"  per step also the inputs ({m['input_bytes']} B, staged) and outputs ({m['output_bytes']} B, "
                f"returned): {m['step_device_bytes'] + m['input_bytes'] + m['output_bytes']} B in all, the figure "
                f"`replay --check-alloc` holds the device's peak to")

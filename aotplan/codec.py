@@ -51,6 +51,10 @@ Version changelog:
     data section after it (header `data_size`; payload `constants` rows are
     [tensor, offset, bytes]; payload `data_sha256`). Decoding no longer copies the
     weights, and their digest is checked in parallel. Versions 2-4 still load.
+  6 (aotplan 0.6): a tensor's `storage` may be "inline": a small constant of a sink plan
+    compiled into the step's program as a literal (no argument, no data row); `memory`
+    gains inline_constant_bytes (part of the step's device memory). Versions 2-5 still
+    load.
 """
 
 import hashlib
@@ -69,9 +73,9 @@ from aotplan.plan import (
 )
 
 MAGIC = b"AOTPLAN\x00"
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 MIN_SUPPORTED_VERSION = 2
-MAX_SUPPORTED_VERSION = 5
+MAX_SUPPORTED_VERSION = 6
 DATA_ALIGN = 64  # every constant's bytes start at a multiple of this from the file's start
 DATA_CHUNK = 4 << 20  # bytes of the data section per SHA-256 in `data_sha256`
 _PREFIX = struct.Struct("<8sII")
@@ -143,7 +147,7 @@ def _launch(l):
 
 
 def encode_payload(plan, constant_rows=None, digests=None):
-    """The payload's bytes. Format 5 (the default) needs the data section's constant
+    """The payload's bytes (the current format). It needs the data section's constant
     rows and chunk digests (`data_section`, `chunk_digests`)."""
     m, p = plan.memory, plan.provenance
     if constant_rows is None:
@@ -168,7 +172,7 @@ def encode_payload(plan, constant_rows=None, digests=None):
         "output_kernel": plan.output_kernel,
         "place_kernel": plan.place_kernel,
         "memory": [m.arena_bytes, m.lower_bound_bytes, m.naive_bytes, m.constant_pool_bytes, m.max_workspace_bytes,
-                   m.plain_bound_bytes, m.shared_bound_bytes],
+                   m.plain_bound_bytes, m.shared_bound_bytes, m.inline_constant_bytes],
         "provenance": [p.model_name, p.model_digest, p.aotplan_version, p.jax_version, p.jaxlib_version,
                        list(p.platforms), p.native_fingerprint],
     }, use_bin_type=True)
@@ -258,6 +262,8 @@ def _row(value, n, field):
 def _decode_tensor(r, i, version):
     f = f"tensors[{i}]"
     r = _row(r, {2: 9, 3: 12}.get(version, 13), f)
+    if version < 6 and r[6] == "inline":
+        raise PlanError(f"plan field {f}.storage: 'inline' is a format 6 storage, this plan says format {version}")
     return PlanTensor(
         name=_check(r[0], str, f + ".name"), kind=_check(r[1], str, f + ".kind"),
         dtype=_check(r[2], str, f + ".dtype"), shape=_ints(r[3], f + ".shape"),
@@ -331,7 +337,7 @@ def decode_payload(payload, version=FORMAT_VERSION, section=b""):
             c = _row(c, 2, f"constants[{i}]")
             consts.append(PlanConstant(_check(c[0], int, f"constants[{i}].tensor"),
                                        _check(c[1], bytes, f"constants[{i}].data")))
-    mem = _ints(_row(_get(m, "memory", list), 5 if version == 2 else 7, "memory"), "memory")
+    mem = _ints(_row(_get(m, "memory", list), {2: 5, 6: 8}.get(version, 7), "memory"), "memory")
     if version == 2:  # no sharing: both reference bounds are the plan's own
         mem += (mem[1], mem[1])
     prov = _row(_get(m, "provenance", list), 7, "provenance")

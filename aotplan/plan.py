@@ -28,8 +28,10 @@ WEIGHT_PLACEMENTS = ("arena", "pool")
 @dataclass(frozen=True)
 class PlanTensor:
     """One tensor. `dtype` is logical (int64 stays int64 here); the device holds
-    `aotplan.dtypes.storage_dtype(dtype)`. `storage` is "arena" (at byte `offset`)
-    or "pool" (a constant held as its own typed device array; offset is -1)."""
+    `aotplan.dtypes.storage_dtype(dtype)`. `storage` is "arena" (at byte `offset`),
+    "pool" (a constant held as its own typed device array; offset is -1) or, format 6
+    on, "inline" (a small constant of a sink plan compiled into the step's program as a
+    literal: no argument, no bytes in the plan's constants; offset is -1)."""
 
     name: str
     kind: str
@@ -107,8 +109,10 @@ class MemoryStats:
     (the model's, whatever the launch mode: every node a launch): `plain_bound_bytes`,
     in the default order with every tensor its own bytes and a launch's inputs and
     outputs never sharing; `shared_bound_bytes`, the same order with the sharing the
-    plan uses (in-place reuse, views). The device memory one step needs is arena +
-    constant pool + max workspace."""
+    plan uses (in-place reuse, views). `inline_constant_bytes` (format 6 on): the
+    constants compiled into a sink's program as literals, held with the executable.
+    The device memory one step needs is arena + constant pool + inline constants + max
+    workspace."""
 
     arena_bytes: int
     lower_bound_bytes: int
@@ -117,10 +121,11 @@ class MemoryStats:
     max_workspace_bytes: int
     plain_bound_bytes: int = 0
     shared_bound_bytes: int = 0
+    inline_constant_bytes: int = 0
 
     @property
     def step_device_bytes(self):
-        return self.arena_bytes + self.constant_pool_bytes + self.max_workspace_bytes
+        return self.arena_bytes + self.constant_pool_bytes + self.inline_constant_bytes + self.max_workspace_bytes
 
 
 @dataclass(frozen=True)

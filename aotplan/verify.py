@@ -96,6 +96,11 @@ def verify(plan):
         elif t.storage == "pool":
             if t.kind != "constant" or t.offset != -1 or t.base != -1 or t.runs != 1:
                 _fail(f"{w}: only constants live in the pool, with offset -1, in one run")
+        elif t.storage == "inline":
+            if t.kind != "constant" or t.offset != -1 or t.base != -1 or t.runs != 1 or t.format != "default":
+                _fail(f"{w}: only constants are inline, with offset -1, in one run, in the default format")
+            if plan.launch_mode == "kernel":
+                _fail(f"{w}: a kernel-mode plan compiles no constants into its kernels")
         else:
             _fail(f"{w}: unknown storage {t.storage!r}")
         if t.base != -1:
@@ -137,11 +142,13 @@ def verify(plan):
         t = plan.tensors[c.tensor]
         if t.kind != "constant" or c.tensor in seen:
             _fail(f"constants[{i}] refers to {t.name!r}, which is not a constant or already has data")
+        if t.storage == "inline":
+            _fail(f"constants[{i}] refers to {t.name!r}, an inline constant (its values are in the kernel)")
         if len(c.data) != t.nbytes:
             _fail(f"constant {t.name!r}: {len(c.data)} bytes of data, tensor needs {t.nbytes}")
         seen.add(c.tensor)
     for i, t in enumerate(plan.tensors):
-        if t.kind == "constant" and i not in seen:
+        if t.kind == "constant" and i not in seen and t.storage != "inline":
             _fail(f"constant {t.name!r} has no data")
 
     nk = len(plan.kernels)
@@ -211,10 +218,27 @@ def verify(plan):
                 _fail(f"{w}: node {name!r} is already run by an earlier launch")
             node_names.add(name)
 
+    # an inline constant is in one kernel's program: read by one launch, whose kernel
+    # runs no other launch (so its bytes are held once, as memory states them)
+    kernel_runs, readers = {}, {}
+    for l in plan.launches:
+        kernel_runs[l.kernel] = kernel_runs.get(l.kernel, 0) + 1
+        for i in set(l.reads):
+            if plan.tensors[i].storage == "inline":
+                readers.setdefault(i, []).append(l.kernel)
+    for i, t in enumerate(plan.tensors):
+        if t.storage == "inline":
+            ks = readers.get(i, [])
+            if len(ks) != 1 or kernel_runs[ks[0]] != 1:
+                _fail(f"inline constant {t.name!r} must be read by one launch, whose kernel runs no other launch")
+
     m = plan.memory
     pool = sum(t.nbytes for t in plan.tensors if t.storage == "pool")
     if m.constant_pool_bytes != pool:
         _fail(f"memory.constant_pool_bytes {m.constant_pool_bytes} != {pool}, the bytes of the pool constants")
+    inline = sum(t.nbytes for t in plan.tensors if t.storage == "inline")
+    if m.inline_constant_bytes != inline:
+        _fail(f"memory.inline_constant_bytes {m.inline_constant_bytes} != {inline}, the bytes of the inline constants")
     ws = max((k.workspace_bytes for k in plan.kernels), default=0)
     if m.max_workspace_bytes != ws:
         _fail(f"memory.max_workspace_bytes {m.max_workspace_bytes} != {ws}, the largest kernel workspace")

@@ -9,7 +9,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from aotplan import debug, verify
+from aotplan import debug, dtypes, verify
 from aotplan.plan import WEIGHT_PLACEMENTS
 from aotplan.errors import ModelError
 from compiler.passes import (
@@ -26,6 +26,14 @@ CLEANUP_PASSES = ("fold", "identity", "bn_fold", "weight_layout", "cse", "dce")
 DEFAULT_PLANNER = "best"
 DEFAULT_WEIGHTS = "pool"
 DEFAULT_LAUNCH = "sink"
+# Sink and fused plans compile their small constants into their kernels as literals:
+# each argument costs a call ~1 us on CPU (scripts/bench_replay.py: jit(const) vs
+# jit(args)), about the whole step of a small model. Up to INLINE_BYTES in all,
+# smallest first, each at most INLINE_MAX_TENSOR_BYTES: a larger weight's argument is
+# noise next to the work it feeds, and literals grow the plan's kernels
+# (docs/design.md, "Inline constants").
+INLINE_BYTES = 1 << 20
+INLINE_MAX_TENSOR_BYTES = 64 << 10
 LAUNCH_MODES = group.MODES
 TARGETS = ("cpu", "cuda")
 SCHEDULES = ("memory", "default")
@@ -58,6 +66,7 @@ class Options:
     # that lowers the plan's max workspace (passes/lower.py, _band_widest)
     split_groups: bool = True  # fused: split the widest group where that lowers the step's memory
     jobs: int = 0  # XLA compiles at once while lowering; 0: xla_options.default_jobs() (the plan is the same)
+    inline_bytes: int = INLINE_BYTES  # sink/fused, weights in the pool: constants compiled into kernels, at most
 
     def runs(self, name):
         if name == "weight_layout" and self.platforms() != ("cpu",):
@@ -188,6 +197,10 @@ def plan_graph(graph, options=Options(), cuts=frozenset()):
             if best is None or b < best[2]:
                 best = (gs, lv, b, name, parts)
     groups, live, bound, schedule_name, part_map = best
+    inline = inline_choice(groups, live, options)
+    if inline:  # the same lifetimes (inline constants are not in the arena), the storage changed
+        live = liveness.run(graph, groups, info, options.weights, materialize_all=kernel_mode,
+                            inplace=options.inplace, views=view_map, parts=part_map, fmts=fmts, inline=inline)
     labels = tuple(group.label(g, options.launch, i) for i, g in enumerate(groups))
     debug.log(1, f"group[{options.launch}]: {len(order)} nodes ({len(view_map)} views, {len(part_map)} placed "
                  f"concat inputs) -> {len(groups)} launches; schedule {schedule_name}")
@@ -207,6 +220,37 @@ def plan_graph(graph, options=Options(), cuts=frozenset()):
                          f"bytes {mem.offsets[iv.tensor]:>10d}+{t.nbytes}")
     return Planned(graph, info, tuple(groups), labels, live, mem, schedule_name, plain, shared, len(view_map),
                    len(part_map), lay)
+
+
+def inline_choice(groups, live, options):
+    """-> names of the constants compiled into their launch's kernel as literals
+    (INLINE_BYTES): in sink and fused plans with the weights in the pool, those read by
+    one launch whose kernel is its own (a fused kernel shared by launches takes its
+    constants as arguments), in the default format, of at most INLINE_MAX_TENSOR_BYTES,
+    smallest first (then by name) while the total stays within `options.inline_bytes`."""
+    if options.launch == "kernel" or options.weights != "pool" or options.inline_bytes <= 0:
+        return frozenset()
+    recs = live.tensors
+    last = len(groups) - 1  # the first launch takes the feeds, the last returns the outputs: their own kernels
+    keys = [(lower.group_key(g, *live.steps[s], recs), s == 0, s == last) for s, g in enumerate(groups)]
+    uses = {}
+    for k in keys:
+        uses[k] = uses.get(k, 0) + 1
+    shared = {k for k, n in uses.items() if n > 1} if options.reuse else set()
+    readers = {}
+    for s, (reads, _) in enumerate(live.steps):
+        for t in reads:
+            readers.setdefault(t, []).append(s)
+    sized = sorted((t.nbytes, t.name) for i, t in enumerate(recs)
+                   if t.kind == "constant" and t.format == "default" and t.nbytes <= INLINE_MAX_TENSOR_BYTES
+                   and len(readers.get(i, ())) == 1 and keys[readers[i][0]] not in shared)
+    chosen, total = set(), 0
+    for n, name in sized:
+        if total + n > options.inline_bytes:
+            break
+        chosen.add(name)
+        total += n
+    return frozenset(chosen)
 
 
 def compile_graph(graph, digest, options=Options(), progress=None, on_start=None):
@@ -231,9 +275,12 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
         native_for = jax.devices()[0]
 
     def lowered_for(p, progress=None, only=None, band_floor=lower.MIN_REFINED_WORKSPACE):
+        cmap = p.graph.constant_map()
+        inline = {t.name: dtypes.to_storage(cmap[t.name].data, t.dtype, f"constant {t.name!r}")
+                  for t in p.live.tensors if t.storage == "inline"}
         return lower.run(p.groups, p.labels, p.live, p.mem, p.graph.outputs, options.launch, options.reuse, native_for,
                          progress, options.targets, p.info, p.layout.formats, options.conv_bands, only=only,
-                         band_floor=band_floor, jobs=options.jobs or None)
+                         band_floor=band_floor, jobs=options.jobs or None, inline=inline)
 
     lowered = lowered_for(p, progress)
     if options.launch == "fused" and options.split_groups:

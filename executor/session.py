@@ -286,8 +286,15 @@ class Session:
         # (anything else takes check_feeds' full path, which gives the same arrays)
         self._plain_feeds = None if any(t.dtype in dtypes.NARROWED for t in self._inputs) else \
             [(t.name, tuple(t.shape), dtypes.np_dtype(t.dtype)) for t in self._inputs]
-        self._device_feeds = [(t.name, tuple(t.shape), dtypes.np_dtype(dtypes.storage_dtype(t.dtype)))
+        # the common device feed: jax's array type, of the storage dtype and shape (its
+        # aval, compared in tens of ns), on a sharding object already seen to be this
+        # device's alone (`_on_device`)
+        self._array_type = type(jax.device_put(np.zeros((), np.float32), self.device))
+        self._device_feeds = [(t.name, jax.core.ShapedArray(tuple(t.shape),
+                                                            dtypes.np_dtype(dtypes.storage_dtype(t.dtype))))
                               for t in self._inputs]
+        self._shardings = set()  # shardings whose devices() is {self.device}
+        self._sharding = None  # the last of them a feed had
         words = plan.arena_bytes // formats.WORD_BYTES
         arena_sig = [((words,), "uint32")]
         sig = lambda idx: [(T[i].shape, dtypes.storage_dtype(T[i].dtype)) for i in idx]  # noqa: E731
@@ -493,6 +500,10 @@ class Session:
         another device (or sharded over several) is refused, not copied, so a step
         never makes a hidden cross-device copy; `jax.device_put(a, session.device)`
         moves it once, where the caller can see the cost."""
+        return self._args(feeds)[0]
+
+    def _args(self, feeds):
+        """-> (check_feeds' arrays, whether any is a numpy array)."""
         plain = self._plain_feeds
         if type(feeds) is dict and len(feeds) == len(self._inputs):
             if plain is not None:
@@ -503,18 +514,14 @@ class Session:
                         break
                     args.append(a)
                 else:
-                    return args
-            # the common device feed: every input a live jax.Array of its storage dtype
-            # and shape on the session's device alone (what the full path below accepts)
-            args = []
-            for name, shape, dtype in self._device_feeds:
-                a = feeds.get(name)
-                if (not isinstance(a, jax.Array) or a.dtype != dtype or a.shape != shape or a.is_deleted()
-                        or a.devices() != self._devices):
-                    break
-                args.append(a)
-            else:
-                return args
+                    return args, True
+            args = self._device_args(feeds)
+            if args is not None:
+                return args, False
+        args = self._full_check(feeds)
+        return args, any(isinstance(a, np.ndarray) for a in args)
+
+    def _full_check(self, feeds):
         if not isinstance(feeds, dict):
             raise FeedError(f"feeds must be a dict of input name -> array, got {type(feeds).__name__}")
         want = {t.name for t in self._inputs}
@@ -560,6 +567,26 @@ class Session:
             args.append(dtypes.to_storage(a, t.dtype, f"input {t.name!r}"))
         return args
 
+    def _device_args(self, feeds):
+        """The common device feed, checked in about a microsecond (a small model's step
+        is tens): every input a live jax array of its storage dtype and shape on the
+        session's device alone (what check_feeds' full path accepts) -> the arrays in
+        input order; None where any is not (check_feeds then looks closer)."""
+        args, array, seen = [], self._array_type, self._shardings
+        for name, aval in self._device_feeds:
+            a = feeds.get(name)
+            if type(a) is not array or a.aval != aval or a.is_deleted():
+                return None
+            sharding = a.sharding
+            if sharding is not self._sharding:  # the last one seen (hashing one takes 0.2 us)
+                if sharding not in seen:  # equal shardings place arrays alike
+                    if a.devices() != self._devices:
+                        return None
+                    seen.add(sharding)
+                self._sharding = sharding
+            args.append(a)
+        return args
+
     def run(self, feeds, device_outputs=False):
         """{input name: array} -> {output name: array}.
 
@@ -570,15 +597,20 @@ class Session:
         device arrays of the storage dtype, left on the device. Non-contiguous numpy
         arrays are accepted (copied while staging); NaN and Inf are values like any
         other. Safe to call from several threads: steps are serialized."""
-        self._check_process("Session.run")
-        args = self.check_feeds(feeds)
-        if device_outputs and self._host_memory:
+        if _forks != self._forks:
+            self._check_process("Session.run")
+        args, host = self._args(feeds)
+        if host and device_outputs and self._host_memory:
             # On CPU, XLA may read a numpy feed in place, after this call returns (async
             # dispatch): the caller could refill the buffer before the step has read it.
             # The host-output path waits for the outputs, so only this one copies.
             args = [np.array(a) if isinstance(a, np.ndarray) else a for a in args]
         with self._lock:
-            outs = self._step(args)
+            sink = self._sink
+            if sink is not None and not self._arena.is_deleted():  # _step's first case, a call saved
+                self._arena, *outs = sink[0](self._arena, *sink[1], *args)
+            else:
+                outs = self._step(args)
         if device_outputs:
             return dict(zip(self._output_names, outs))
         return self._host_outputs(outs)

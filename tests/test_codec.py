@@ -63,9 +63,10 @@ def test_foreign_files():
 
 def test_newer_and_older_versions(data):
     payload = codec.read_header(data)[1]
-    with pytest.raises(PlanError, match=r"plan format 6 is newer than this executor \(supports 2-5\)"):
-        codec.decode(reheader(payload, version=6))
-    with pytest.raises(PlanError, match=r"plan format 1 is older than this executor supports \(2-5\); recompile"):
+    lo, hi = codec.MIN_SUPPORTED_VERSION, codec.MAX_SUPPORTED_VERSION
+    with pytest.raises(PlanError, match=rf"plan format {hi + 1} is newer than this executor \(supports {lo}-{hi}\)"):
+        codec.decode(reheader(payload, version=hi + 1))
+    with pytest.raises(PlanError, match=rf"plan format 1 is older than this executor supports \({lo}-{hi}\); recompile"):
         codec.decode(reheader(payload, version=1))
     with pytest.raises(PlanError, match="plan format 0 is older"):
         codec.decode(reheader(payload, version=0))

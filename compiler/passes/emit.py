@@ -20,10 +20,11 @@ def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, la
     cmap = graph.constant_map()
     constants = tuple(
         PlanConstant(i, _le_bytes(dtypes.to_storage(cmap[t.name].data, t.dtype, f"constant {t.name!r}")))
-        for i, t in enumerate(recs) if t.kind == "constant")
+        for i, t in enumerate(recs) if t.kind == "constant" and t.storage != "inline")  # those are in the kernel
     pool_bytes = sum(t.nbytes for t in recs if t.storage == "pool")
     memory = MemoryStats(mem.arena_bytes, mem.lower_bound_bytes, mem.naive_bytes, pool_bytes,
-                         max((k.workspace_bytes for k in kernels), default=0), *bounds)
+                         max((k.workspace_bytes for k in kernels), default=0), *bounds,
+                         sum(t.nbytes for t in recs if t.storage == "inline"))
     return Plan(
         launch_mode=launch_mode, weights=weights, planner=mem.planner, passes=tuple(passes), alignment=formats.ALIGNMENT,
         arena_bytes=mem.arena_bytes, tensors=tensors, constants=constants,

@@ -25,7 +25,7 @@ class TensorRecord:
     dtype: str
     shape: tuple
     nbytes: int
-    storage: str  # "arena" | "pool"
+    storage: str  # "arena" | "pool" | "inline"
     base: int = -1  # a view or a part: the index of the tensor whose bytes it is in
     runs: int = 1  # a part: runs of nbytes/runs bytes, `stride` bytes apart, the first
     stride: int = 0  # `delta` bytes after its base's offset
@@ -44,13 +44,14 @@ class Liveness:
 
 
 def run(graph, groups, info, weights, materialize_all=True, alignment=formats.ALIGNMENT, inplace=True,
-        views=None, feeds_first=None, parts=None, fmts=None):
+        views=None, feeds_first=None, parts=None, fmts=None, inline=frozenset()):
     """`groups`: the launches, each a tuple of nodes (passes/group.py); `views`: {view
     tensor name: base tensor name} for view nodes, which are in no group; `parts`:
     {tensor name: views.Part} for concat inputs placed in their concat, whose concat
     node is in no group; `feeds_first`: the first launch writes the inputs (default:
     not materialize_all); `fmts`: tensor name -> storage format (passes/layout.py;
-    default: every tensor `default`)."""
+    default: every tensor `default`); `inline`: names of constants compiled into their
+    kernel as literals (a sink plan's small constants, pipeline.inline_choice)."""
     views, parts, fmts = views or {}, parts or {}, fmts or {}
 
     def rec(name, kind, t, storage, base=-1):
@@ -67,7 +68,7 @@ def run(graph, groups, info, weights, materialize_all=True, alignment=formats.AL
             crossing.update(i for i in n.inputs if made_in.get(i, gi) != gi)
             made_in.update((o, gi) for o in n.outputs)
     recs = [rec(t.name, "input", t, "arena") for t in graph.inputs]
-    recs += [rec(c.name, "constant", c, "pool" if weights == "pool" else "arena")
+    recs += [rec(c.name, "constant", c, "inline" if c.name in inline else "pool" if weights == "pool" else "arena")
              for c in graph.constants if c.name in read]
     by_output = {o: n for n in graph.nodes for o in n.outputs}
     view_nodes = [by_output[v] for v in views]

@@ -126,25 +126,29 @@ class _Exporter:
         return self.pool.submit(build).result
 
 
-def _group_key(group, reads, writes, recs):
-    """What makes two launches the same computation (offsets and weights' values aside)."""
+def group_key(group, reads, writes, recs):
+    """What makes two launches the same computation (offsets and pool weights' values
+    aside; an inline constant's values are the kernel's, so its name is in the key)."""
     ref = {recs[t].name: ("r", j) for j, t in enumerate(reads)}
     nodes = []
     for k, n in enumerate(group):
         nodes.append((n.op, repr(n.attrs), tuple(ref[i] for i in n.inputs)))
         ref.update((o, ("n", k, m)) for m, o in enumerate(n.outputs))
-    return (tuple((recs[t].dtype, recs[t].shape, recs[t].format, recs[t].storage, recs[t].runs, recs[t].stride)
-                  for t in reads),
+    return (tuple((recs[t].dtype, recs[t].shape, recs[t].format, recs[t].storage, recs[t].runs, recs[t].stride,
+                   recs[t].name if recs[t].storage == "inline" else None) for t in reads),
             tuple(nodes), tuple((ref[recs[t].name], recs[t].dtype, recs[t].shape, recs[t].format, recs[t].runs,
                                  recs[t].stride) for t in writes))
 
 
-def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, info, fmts):
+def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, info, fmts, inline):
     """The kernel function: (arena, *pool, [offsets], [*feeds]) -> arena [, *returns].
     `feeds`: the plan's inputs, taken as arguments (and written to their offsets);
-    `returns`: the plan's outputs, returned (from this group, or read from the arena).
+    `returns`: the plan's outputs, returned (from this group, or read from the arena);
+    `inline`: inline constants' values (name -> numpy array in the storage dtype),
+    compiled in as literals.
     Values are device arrays in their tensors' formats (`fmts`; `info`: logical shapes)."""
     pool_reads = [t for t in reads if recs[t].storage == "pool"]
+    inline_reads = [t for t in reads if recs[t].storage == "inline"]
     arena_reads = [t for t in reads if recs[t].storage == "arena" and t not in feeds]
     n_pool = len(pool_reads)
 
@@ -156,6 +160,7 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, 
         else:
             word = {t: _word(offsets[t]) for t in arena_reads + list(writes)}
         env = {recs[t].name: v for t, v in zip(pool_reads, pool_vals)}
+        env.update((recs[t].name, jnp.asarray(inline[recs[t].name])) for t in inline_reads)
         for t in arena_reads:
             r = recs[t]
             env[r.name] = arena_io.read_runs(arena, word[t], r.dtype, _dev(r), r.runs, _word(r.stride))
@@ -238,7 +243,8 @@ def _kernel_name(k, group):
 
 
 def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None,
-        targets=None, info=None, fmts=None, bands=True, only=None, band_floor=MIN_REFINED_WORKSPACE, jobs=None):
+        targets=None, info=None, fmts=None, bands=True, only=None, band_floor=MIN_REFINED_WORKSPACE, jobs=None,
+        inline=None):
     """-> Lowered. `groups`/`labels`: the launches (passes/group.py); `targets`: the
     platforms to export for (default: this host's); `info`: tensor name -> logical
     TensorInfo; `fmts`: tensor name -> storage format (passes/layout.py); `bands`:
@@ -248,18 +254,20 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     they were the whole plan): a cheap look at a regrouping (pipeline._split_widest).
     `band_floor`: the workspace below which nothing is banded (a regrouping passes 0:
     the compile has decided to refine). `jobs`: XLA compiles at once (default:
-    `xla_options.default_jobs()`; the plan is the same for any number)."""
-    fmts = fmts or {}
+    `xla_options.default_jobs()`; the plan is the same for any number). `inline`: the
+    values of the constants whose storage is "inline" (name -> numpy array in the
+    storage dtype)."""
+    fmts, inline = fmts or {}, inline or {}
     export = _Exporter(native_for, targets, xla_options.default_jobs() if jobs is None else jobs)
     try:
         return _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands,
-                    only, band_floor)
+                    only, band_floor, inline)
     finally:
         export.close()
 
 
 def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands, only,
-         band_floor):
+         band_floor, inline):
     recs, idx, offsets = liveness.tensors, liveness.index(), mem.offsets
     arena_spec = jax.ShapeDtypeStruct((mem.arena_bytes // formats.WORD_BYTES,), jnp.uint32)
     kernels, launches = [], []
@@ -277,7 +285,7 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
     io_in_launches = mode != "kernel"
     last = len(groups) - 1
     ends = [(io_in_launches and s == 0, io_in_launches and s == last) for s in range(len(groups))]
-    keys = [(_group_key(g, *liveness.steps[s], recs), ends[s]) for s, g in enumerate(groups)]
+    keys = [(group_key(g, *liveness.steps[s], recs), ends[s]) for s, g in enumerate(groups)]
     uses = {}
     for key in keys:
         uses[key] = uses.get(key, 0) + 1
@@ -293,7 +301,7 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
         dynamic = reuse and not sink and uses[keys[s]] > 1 and not (takes_feeds or gives_outputs)
         feeds = tuple(inputs) if takes_feeds else ()
         fn, pool_reads = _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds,
-                                       tuple(outputs) if gives_outputs else None, info, fmts)
+                                       tuple(outputs) if gives_outputs else None, info, fmts, inline)
         n_off = sum(1 for t in reads if recs[t].storage == "arena") + len(writes) if dynamic else 0
         specs = [arena_spec] + [_spec(recs[t]) for t in pool_reads]
         if dynamic:
