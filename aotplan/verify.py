@@ -218,20 +218,6 @@ def verify(plan):
                 _fail(f"{w}: node {name!r} is already run by an earlier launch")
             node_names.add(name)
 
-    # an inline constant is in one kernel's program: read by one launch, whose kernel
-    # runs no other launch (so its bytes are held once, as memory states them)
-    kernel_runs, readers = {}, {}
-    for l in plan.launches:
-        kernel_runs[l.kernel] = kernel_runs.get(l.kernel, 0) + 1
-        for i in set(l.reads):
-            if plan.tensors[i].storage == "inline":
-                readers.setdefault(i, []).append(l.kernel)
-    for i, t in enumerate(plan.tensors):
-        if t.storage == "inline":
-            ks = readers.get(i, [])
-            if len(ks) != 1 or kernel_runs[ks[0]] != 1:
-                _fail(f"inline constant {t.name!r} must be read by one launch, whose kernel runs no other launch")
-
     m = plan.memory
     pool = sum(t.nbytes for t in plan.tensors if t.storage == "pool")
     if m.constant_pool_bytes != pool:
@@ -295,6 +281,19 @@ def verify(plan):
     for i, t in enumerate(plan.tensors):
         if t.kind == "output" and not ready(i):
             _fail(f"output {t.name!r} is never written")
+    # an inline constant is in one kernel's program: read by one launch, whose kernel
+    # runs no other launch (so its bytes are held once, as memory states them)
+    kernel_runs, readers = {}, {}
+    for l in plan.launches:
+        kernel_runs[l.kernel] = kernel_runs.get(l.kernel, 0) + 1
+        for i in set(l.reads):
+            if plan.tensors[i].storage == "inline":
+                readers.setdefault(i, []).append(l.kernel)
+    for i, t in enumerate(plan.tensors):
+        if t.storage == "inline":
+            ks = readers.get(i, [])
+            if len(ks) != 1 or kernel_runs[ks[0]] != 1:
+                _fail(f"inline constant {t.name!r} must be read by one launch, whose kernel runs no other launch")
     used = set(special) | {l.kernel for l in plan.launches}
     for i, k in enumerate(plan.kernels):
         if i not in used:

@@ -289,10 +289,7 @@ class Session:
         # the common device feed: jax's array type, of the storage dtype and shape (its
         # aval, compared in tens of ns), on a sharding object already seen to be this
         # device's alone (`_on_device`)
-        self._array_type = type(jax.device_put(np.zeros((), np.float32), self.device))
-        self._device_feeds = [(t.name, jax.core.ShapedArray(tuple(t.shape),
-                                                            dtypes.np_dtype(dtypes.storage_dtype(t.dtype))))
-                              for t in self._inputs]
+        self._device_feeds = []  # [(input name, its aval)], from the kernel that takes the feeds (below)
         self._shardings = set()  # shardings whose devices() is {self.device}
         self._sharding = None  # the last of them a feed had
         words = plan.arena_bytes // formats.WORD_BYTES
@@ -343,6 +340,9 @@ class Session:
                                     f"provenance.platforms says {', '.join(plan.provenance.platforms) or 'none'}: "
                                     f"the plan was altered")
                 donate = role != "output"
+                if self._inputs and (role == "input" or (role == "launch" and k.feeds)):
+                    # (check_signature made them the storage dtypes and shapes of the inputs)
+                    self._device_feeds = list(zip((t.name for t in self._inputs), exp.in_avals[-len(self._inputs):]))
                 if ki in loading:
                     try:
                         # jax's own call path where this jax allows it, else a direct call
@@ -367,6 +367,9 @@ class Session:
                 if threads:
                     threads.shutdown(cancel_futures=True)
 
+        if len(self._device_feeds) != len(self._inputs):  # (verify() makes one kernel take the feeds)
+            raise PlanError("no kernel of the plan takes its inputs")
+        self._array_type = type(jax.device_put(np.zeros((), np.float32), self.device))
         data = {c.tensor: c.data for c in plan.constants}
 
         def host_const(i):

@@ -8,13 +8,15 @@ light architectures, see tests/onnx_light.py):
    executables); compile time, launches, unique launch kernels, device bytes per
    step, and each plan's largest difference from the jax.jit peer's outputs.
 2. step latency: interleaved rounds (as scripts/bench_onnx.py), median with min-max,
-   of the three launch modes' sessions, the sink plan with its native executables
+   of the three launch modes' sessions, the sink plan compiled with `--inline-constants 0`
+   (`sink-pool`: every weight an argument, to show what inline constants save), the
+   sink plan with its native executables
    (`native`, trust_executables=True: what a host deploys; `native-py`: the same
    executables called from Python, the fallback) and the jax.jit peers,
    numpy in -> numpy out
    (the same host round trip for all) and device in -> device out. Two peers:
-   `jit(args)` takes the weights as arguments (as a sink plan takes its constant pool:
-   the like-for-like peer, and the one ratios are taken to) and `jit(const)` is
+   `jit(args)` takes the weights as arguments (as a plan takes its constant pool: the
+   way a JAX model is usually called, and the peer ratios are taken to) and `jit(const)` is
    `jax.jit(reference.make_function(graph))`, whose weights are closed-over constants
    that XLA sees as literals (it may fold them). `jit(opts)` is jit(args) compiled
    with the XLA options aotplan's kernels get (aotplan/xla_options.py): how much of a
@@ -240,16 +242,17 @@ def compile_all(models, tmp):
     from compiler import pipeline
 
     rule("1. compile (plans written to a temp dir; 'native' = sink plan with embedded native executables)")
-    print(f"{'model':12s} {'mode':7s} {'compile s':>9s} {'launches':>8s} {'unique k':>8s} {'kernels':>7s} "
-          f"{'step dev B':>11s} {'arena B':>9s} {'pool B':>10s} {'wkspace B':>9s} {'plan KiB':>9s} "
+    print(f"{'model':12s} {'mode':9s} {'compile s':>7s} {'launches':>8s} {'unique k':>8s} {'kernels':>7s} "
+          f"{'step dev B':>11s} {'arena B':>9s} {'pool B':>10s} {'inline B':>9s} {'wkspace B':>9s} {'plan KiB':>9s} "
           f"{'max|d| vs jit':>13s}")
     for m in models:
         step, info = make_peer(m.graph, True)
         specs = graph_specs(m.graph)
         m.feeds = random_feeds(specs)
         ref = host_outputs(step(to_storage(m.feeds, specs)), info)
-        for mode in MODES + ("native",):
-            opts = pipeline.Options(launch="sink" if mode == "native" else mode, embed_native=mode == "native")
+        for mode in MODES + ("sink-pool", "native"):
+            opts = pipeline.Options(launch="sink" if mode in ("native", "sink-pool") else mode,
+                                    embed_native=mode == "native", **({"inline_bytes": 0} if mode == "sink-pool" else {}))
             jax.clear_caches()
             res = pipeline.compile_graph(m.graph, m.digest, opts)
             data = codec.encode(res.plan)
@@ -265,9 +268,10 @@ def compile_all(models, tmp):
             diff = max(float(np.max(np.abs(out[k].astype(np.float64) - ref[k].astype(np.float64))))
                        if out[k].size else 0.0 for k in ref)
             p, mem = res.plan, res.plan.memory
-            print(f"{m.name:12s} {mode:7s} {res.seconds:9.2f} {len(p.launches):8d} "
+            print(f"{m.name:12s} {mode:9s} {res.seconds:7.2f} {len(p.launches):8d} "
                   f"{len({l.kernel for l in p.launches}):8d} {len(p.kernels):7d} {mem.step_device_bytes:11,d} "
-                  f"{mem.arena_bytes:9,d} {mem.constant_pool_bytes:10,d} {mem.max_workspace_bytes:9,d} "
+                  f"{mem.arena_bytes:9,d} {mem.constant_pool_bytes:10,d} {mem.inline_constant_bytes:9,d} "
+                  f"{mem.max_workspace_bytes:9,d} "
                   f"{len(data) / 1024:9.1f} {diff:13.2e}", flush=True)
             del sess
 
@@ -281,7 +285,8 @@ def latency(models, args):
     print("   host = numpy in -> numpy out (feeds copied to the device, outputs read back: the same round trip for "
           "all);\n   device = device arrays in (storage dtype) -> device arrays out, synchronised;\n"
           "   x jit = ratio to jit(args) (weights as arguments, like the plans' constant pool), x const = ratio to "
-          "jit(const);\n   targets are judged on the host round trip's x jit")
+          "jit(const);\n   sink-pool = the sink plan compiled with --inline-constants 0 (every weight an argument "
+          "from the pool);\n   targets are judged on the host round trip's x jit")
     print(f"{'model':12s} {'runner':10s} {'steps':>5s} {'host ms':>26s} {'x jit':>6s} {'x const':>7s} "
           f"{'device ms':>26s} {'x jit':>6s} {'target':>7s} {'':4s}")
     for m in models:
@@ -291,7 +296,7 @@ def latency(models, args):
         host, device = {}, {}
         # native: the sink plan with its executables (what a host deploys), called through
         # jax's dispatch; native-py: the same executables called from Python (the fallback)
-        for mode in MODES + ("native", "native-py"):
+        for mode in MODES + ("sink-pool", "native", "native-py"):
             sess = load_native_py(m.paths["native"]) if mode == "native-py" else \
                 executor.load(m.paths[mode], trust_executables=mode == "native")
             host[mode] = (lambda s: lambda: s.run(m.feeds))(sess)

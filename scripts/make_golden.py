@@ -26,10 +26,15 @@ def main(argv=None):
                                         "tests load every golden plan of every version.").parse_args(argv)
     out = os.path.join(ROOT, "golden", f"v{codec.FORMAT_VERSION}")
     os.makedirs(out, exist_ok=True)
-    for name, launch, policy in (("mlp", "sink", "default"), ("cnn", "fused", "default"),
-                                 ("transformer", "kernel", "default"), ("cnn", "kernel", "blocked")):
+    # the sink plan inlines its four smallest constants and keeps two in the pool (both
+    # storages in one plan, and a data section); the fused plan inlines all of its own
+    for name, launch, policy, inline in (("mlp", "sink", "default", 4096), ("cnn", "fused", "default", None),
+                                         ("transformer", "kernel", "default", None),
+                                         ("cnn", "kernel", "blocked", None)):
         graph, digest = model_json.load(os.path.join(ROOT, "examples", name, "model.json"))
-        plan = pipeline.compile_graph(graph, digest, pipeline.Options(launch=launch, format_policy=policy)).plan
+        opts = pipeline.Options(launch=launch, format_policy=policy, **({} if inline is None else
+                                                                       {"inline_bytes": inline}))
+        plan = pipeline.compile_graph(graph, digest, opts).plan
         if policy != "default":  # a plan with storage formats and conversions
             name = f"{name}_{policy}"
         rng = np.random.default_rng(2026)

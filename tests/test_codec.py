@@ -13,8 +13,18 @@ from aotplan.errors import PlanError
 
 
 @pytest.fixture(scope="module")
-def data(examples):
-    return codec.encode(examples["mlp"][1])
+def mlp(examples):
+    """The MLP's sink plan with every weight in the pool (none inline): a data section."""
+    from aotplan import model_json
+    from compiler import pipeline
+
+    graph = examples["mlp"][0]
+    return pipeline.compile_graph(graph, model_json.graph_digest(graph), pipeline.Options(inline_bytes=0)).plan
+
+
+@pytest.fixture(scope="module")
+def data(mlp):
+    return codec.encode(mlp)
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +44,8 @@ def reheader(payload, version=codec.FORMAT_VERSION, launch_mode="sink", data=b""
     return out
 
 
-def test_round_trip(examples, data):
-    plan = examples["mlp"][1]
+def test_round_trip(mlp, data):
+    plan = mlp
     assert codec.decode(data) == plan
     assert codec.encode(codec.decode(data)) == data
 
@@ -92,19 +102,19 @@ def test_header_payload_launch_mode_must_agree(data, section):
 
 # ---------------------------------------------------------------- format 5's data section
 
-def test_constants_are_aligned_read_only_views_of_the_file(examples, data):
+def test_constants_are_aligned_read_only_views_of_the_file(mlp, data):
     plan = codec.decode(data)
     assert plan.constants and all(isinstance(c.data, memoryview) and c.data.readonly for c in plan.constants)
     base = np.frombuffer(data, np.uint8)
-    for c, want in zip(plan.constants, examples["mlp"][1].constants):
+    for c, want in zip(plan.constants, mlp.constants):
         a = np.frombuffer(c.data, np.uint8)
         assert np.shares_memory(a, base)  # no copy
         assert (a.__array_interface__["data"][0] - base.__array_interface__["data"][0]) % codec.DATA_ALIGN == 0
         assert bytes(c.data) == bytes(want.data)
 
 
-def test_data_section_chunk_digests_name_the_bad_bytes(examples):
-    plan = examples["mlp"][1]
+def test_data_section_chunk_digests_name_the_bad_bytes(mlp):
+    plan = mlp
     big = dataclasses.replace(plan, constants=plan.constants + (dataclasses.replace(
         plan.constants[0], data=bytes(range(256)) * ((codec.DATA_CHUNK + 999) // 256)),))
     rows, section = codec.data_section(big.constants)
@@ -146,7 +156,7 @@ def test_payload_not_msgpack():
         codec.decode(reheader(b"\xc1\xc1\xc1"))
 
 
-def test_file_read_once_aligned_and_weights_used_in_place(examples, tmp_path):
+def test_file_read_once_aligned_and_weights_used_in_place(kernel_examples, tmp_path):
     """A plan file is read into one 64-byte-aligned read-only buffer; the decoded
     constants view it, and on CPU the constant pool's device arrays are those bytes
     (no copy: the weights are in host memory once)."""
@@ -155,7 +165,7 @@ def test_file_read_once_aligned_and_weights_used_in_place(examples, tmp_path):
     import executor
 
     path = tmp_path / "cnn.plan"
-    path.write_bytes(codec.encode(examples["cnn"][1]))
+    path.write_bytes(codec.encode(kernel_examples["cnn"][1]))  # (kernel mode: every weight in the pool)
     raw = codec.read_bytes(str(path))
     assert raw.readonly and np.frombuffer(raw, np.uint8).ctypes.data % codec.DATA_ALIGN == 0
     assert bytes(raw) == path.read_bytes()

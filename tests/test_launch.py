@@ -115,7 +115,10 @@ def test_plan_states_its_device_memory(mode_examples, mode):
     for name in EXAMPLE_NAMES:
         _, plan, _ = mode_examples[name, mode]
         m = plan.memory
-        assert m.step_device_bytes == m.arena_bytes + m.constant_pool_bytes + m.max_workspace_bytes
+        assert m.step_device_bytes == m.arena_bytes + m.constant_pool_bytes + m.inline_constant_bytes + \
+            m.max_workspace_bytes
+        assert m.inline_constant_bytes == sum(t.nbytes for t in plan.tensors if t.storage == "inline")
+        assert (m.inline_constant_bytes > 0) == (mode != "kernel")  # small weights inline, but in kernel mode
         assert m.max_workspace_bytes == max(k.workspace_bytes for k in plan.kernels)
 
 

@@ -31,20 +31,23 @@ def _compile(name, **opts):
 
 @pytest.fixture(scope="module")
 def plan_files(tmp_path_factory, mode_examples):
-    """name -> plan file: the MLP in sink and fused mode, the CNN in kernel mode with its
-    weights in the arena (a place kernel, shared kernels with offset vectors, input and
-    output kernels), and the MLP with native executables, signed with KEY."""
+    """name -> plan file: the MLP in sink mode (its four small constants inline, two
+    weights in the pool) and fused mode (every weight in the pool), the CNN in kernel
+    mode with its weights in the arena (a place kernel, shared kernels with offset
+    vectors, input and output kernels), and the MLP with native executables (as the sink
+    plan), signed with KEY."""
     d = tmp_path_factory.mktemp("load_args")
     plans = {
-        "sink": (mode_examples["mlp", "sink"][1], None),
-        "fused": (mode_examples["mlp", "fused"][1], None),
+        "sink": (_compile("mlp", inline_bytes=4096), None),
+        "fused": (_compile("mlp", launch="fused", inline_bytes=0), None),
         "kernel": (_compile("cnn", launch="kernel", weights="arena"), None),
-        "native": (_compile("mlp", embed_native=True), KEY),
+        "native": (_compile("mlp", embed_native=True, inline_bytes=4096), KEY),
     }
     out = {}
     for name, (plan, key) in plans.items():
         out[name] = d / f"{name}.plan"
         out[name].write_bytes(codec.encode(plan, sign_key=key))
+    assert {t.storage for t in plans["sink"][0].tensors} == {"arena", "pool", "inline"}
     kernel = codec.read(str(out["kernel"]))
     assert kernel.place_kernel >= 0 and any(k.n_offsets for k in kernel.kernels)
     return out

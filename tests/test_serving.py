@@ -131,7 +131,7 @@ def test_nan_and_inf_pass_through(mode_examples, mode):
         np.testing.assert_allclose(v, reference.evaluate(graph, clean)[k], rtol=1e-5, atol=1e-6)
 
 
-def test_weights_leave_host_memory_once_on_a_separate_device(examples, tmp_path, monkeypatch):
+def test_weights_leave_host_memory_once_on_a_separate_device(kernel_examples, tmp_path, monkeypatch):
     """Where device memory is not host memory, the session drops its host copy of the
     weights once they are placed (here the CPU plays such a device) and still runs."""
     from aotplan import codec
@@ -139,7 +139,7 @@ def test_weights_leave_host_memory_once_on_a_separate_device(examples, tmp_path,
 
     import executor
 
-    graph, plan, sess = examples["cnn"]
+    graph, plan, sess = kernel_examples["cnn"]  # (kernel mode: every weight in the pool)
     path = tmp_path / "cnn.plan"
     path.write_bytes(codec.encode(plan))
     monkeypatch.setattr(session_mod, "_host_is_device", lambda device: False)

@@ -223,7 +223,7 @@ def _b_header(rng, d):
     payload, data = d[16 + hl:16 + hl + size], d[codec.data_start(hl, size):]
     field = rng.choice(["payload_size", "payload_sha256", "signature", "launch_mode", "extra", "missing",
                         "data_size"])
-    certain, match = True, None
+    certain, match, before = True, None, dict(header)
     if field == "data_size":
         header[field] = rng.choice([header[field] + 1, header[field] - 1, header[field] + 64, 0, -1, 2**63, "1",
                                     None])
@@ -244,6 +244,8 @@ def _b_header(rng, d):
         match = "unknown field"
     else:
         del header[rng.choice(sorted(header))]
+    if header == before:  # (a plan with no data section: data_size 0 "rewritten" to 0)
+        certain = False
     h = msgpack.packb(header, use_bin_type=True)
     out = struct.pack("<8sII", codec.MAGIC, codec.FORMAT_VERSION, len(h)) + h + payload
     return out + bytes(codec.data_start(len(h), size) - len(out)) + data, certain, match
