@@ -699,6 +699,10 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol):
                    f"{list(d.where)} the plan holds {d.got:.6g}, the model {d.want:.6g})")
     if len(cdiffs) > 5:
         click.echo(f"... {len(cdiffs)} of {n_consts} constants differ from the model's")
+    n_inline = sum(1 for t in plan.tensors if t.storage == "inline")
+    if n_inline:
+        click.echo(f"{_n(n_inline, 'inline constant')} (compiled into the plan's kernels): checked through the "
+                   f"outputs they produce")
     own = None  # the first difference among PLAN's own launches (fused plans)
     if plan.launch_mode == "fused":
         diffs, n = chk.check(session, graph, feeds, opts, rtol, atol)
@@ -724,6 +728,8 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol):
             where = f"its constants ({names})" + (f", first seen after {seen}" if seen else "")
         else:
             where = seen or (f"its {plan.launch_mode} kernel" + ("s" if len(plan.launches) > 1 else ""))
+            if n_inline:
+                where += f" (with {_n(n_inline, 'inline constant')})"
         click.echo(f"the kernel-mode plan of {model} agrees, {plan_path} does not: the difference lies in "
                    f"{plan_path} itself, in {where}, not in the model's ops")
     if plan_bad or diffs:

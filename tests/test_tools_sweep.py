@@ -93,6 +93,22 @@ def test_check_names_a_corrupted_weight_in_every_mode(mode_examples, mlp_plans, 
             assert "first difference: launch 0 ('group0[fc1..probs]') wrote 'probs'" in r.output, r.output
 
 
+def test_check_names_the_kernel_of_a_wrong_inline_constant(tmp_path):
+    """A sink plan whose inline constant is wrong (compiled from a model with another
+    fc2.b): its values are in the kernel, so check names the kernel and says so."""
+    from compiler import pipeline
+
+    graph, digest = model_json.load(MLP)
+    consts = tuple(dataclasses.replace(c, data=c.data + 1) if c.name == "fc2.b" else c for c in graph.constants)
+    plan = pipeline.compile_graph(dataclasses.replace(graph, constants=consts), digest, pipeline.Options()).plan
+    assert any(t.name == "fc2.b" and t.storage == "inline" for t in plan.tensors)
+    bad = _write(plan, tmp_path / "bad.plan")
+    r = _invoke("check", bad, MLP)
+    assert r.exit_code == 1, r.output
+    assert "output probs: DIFFERS" in r.output and "6 inline constants (compiled into the plan's kernels)" in r.output
+    assert f"the difference lies in {bad} itself, in its sink kernel (with 6 inline constants)" in r.output, r.output
+
+
 _BROKEN = r"""
 import sys
 import jax.numpy as jnp
