@@ -118,10 +118,12 @@ def make_peer(graph, weights_as_args=True, aot_options=False):
 
 
 def host_outputs(outs, info):
-    """Device outputs -> numpy arrays of the logical dtype (what Session.run returns)."""
+    """Device outputs -> numpy arrays of the logical dtype (what Session.run returns):
+    `np.asarray` where the device holds that dtype already, as a user would write."""
     from aotplan import dtypes
 
-    return {n: dtypes.from_storage(v, info[n].dtype) for n, v in outs.items()}
+    return {n: np.asarray(v) if dtypes.storage_dtype(info[n].dtype) == info[n].dtype else
+            dtypes.from_storage(v, info[n].dtype) for n, v in outs.items()}
 
 
 def child_replay(plan_path, native, t_py):
