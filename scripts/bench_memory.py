@@ -106,9 +106,10 @@ def main():
         return
     from compiler import pipeline as pl_
 
-    print(f"\ndevice memory per step, MiB: fused plan (arena + pool + max workspace) vs jax.jit (args + outputs + temp)")
+    print(f"\ndevice memory per step, MiB: fused plan (arena + pool + inline constants + max workspace) vs jax.jit "
+          f"(args + outputs + temp)")
     print("   (jit(opts): jax.jit compiled with aotplan's XLA options, for reference; targets are judged on jit)")
-    print(f"{'model':12s} {'arena':>8s} {'pool':>8s} {'wkspace':>8s} {'plan':>8s} {'jit':>8s} {'plan/jit':>8s} "
+    print(f"{'model':12s} {'arena':>8s} {'pool':>8s} {'inline':>8s} {'wkspace':>8s} {'plan':>8s} {'jit':>8s} {'plan/jit':>8s} "
           f"{'jit(opts)':>9s} {'compile s':>9s}")
     for name in names:
         graph = graphs[name]
@@ -118,7 +119,8 @@ def main():
         m = plan.memory
         jit_b, _ = jit_memory(graph)
         jit_o, _ = jit_memory(graph, aot_options=True)
-        print(f"{name:12s} {mib(m.arena_bytes)} {mib(m.constant_pool_bytes)} {mib(m.max_workspace_bytes)} "
+        print(f"{name:12s} {mib(m.arena_bytes)} {mib(m.constant_pool_bytes)} {mib(m.inline_constant_bytes)} "
+              f"{mib(m.max_workspace_bytes)} "
               f"{mib(m.step_device_bytes)} {mib(jit_b)} {m.step_device_bytes / jit_b:8.3f}  {mib(jit_o)} {dt:9.1f}",
               flush=True)
 
