@@ -217,11 +217,11 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
               help="XLA compiles to run at once while lowering the launches (default 0: one per CPU this process "
                    "may use, at most 8). The plan is the same for any N.")
 @click.option("--inline-constants", "inline_bytes", type=click.IntRange(min=0), default=None, metavar="BYTES",
-              help="Sink and fused plans with weights in the pool: compile the small constants (64 KiB at most each, "
-                   "smallest first, each read by one launch with a kernel of its own) into the kernels as "
-                   "literals, up to BYTES in all (default 1048576; 0: none). Each argument costs a call about a "
-                   "microsecond on CPU, about as much as a small model's whole step; the plan states their bytes "
-                   "as part of the step's device memory.")
+              help="Sink and fused plans with weights in the pool: compile the small constants (float32 or "
+                   "int32, 64 KiB at most each, smallest first, each read by one node in a launch with a kernel of "
+                   "its own) into the kernels as literals, up to BYTES in all (default 1048576; 0: none). Each "
+                   "argument costs a call about a microsecond on CPU (a small model's weight arguments together: "
+                   "a quarter of its step); the plan states their bytes as part of the step's device memory.")
 @_handle_errors
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, fuse_min_flops,
                 no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement, schedule,
@@ -728,8 +728,10 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol):
             where = f"its constants ({names})" + (f", first seen after {seen}" if seen else "")
         else:
             where = seen or (f"its {plan.launch_mode} kernel" + ("s" if len(plan.launches) > 1 else ""))
-            if n_inline:
-                where += f" (with {_n(n_inline, 'inline constant')})"
+            held = n_inline if own is None else sum(1 for i in plan.launches[own.launch].reads
+                                                    if plan.tensors[i].storage == "inline")
+            if held:  # (the kernel's literals: changed weights there are seen only through what they make)
+                where += f" (with {_n(held, 'inline constant')})"
         click.echo(f"the kernel-mode plan of {model} agrees, {plan_path} does not: the difference lies in "
                    f"{plan_path} itself, in {where}, not in the model's ops")
     if plan_bad or diffs:

@@ -30,8 +30,9 @@ class PlanTensor:
     """One tensor. `dtype` is logical (int64 stays int64 here); the device holds
     `aotplan.dtypes.storage_dtype(dtype)`. `storage` is "arena" (at byte `offset`),
     "pool" (a constant held as its own typed device array; offset is -1) or, format 6
-    on, "inline" (a small constant of a sink plan compiled into the step's program as a
-    literal: no argument, no bytes in the plan's constants; offset is -1)."""
+    on, "inline" (a small constant of a sink or fused plan compiled into the one kernel
+    that reads it as a literal: no argument, no bytes in the plan's constants; offset
+    is -1)."""
 
     name: str
     kind: str
@@ -110,7 +111,7 @@ class MemoryStats:
     in the default order with every tensor its own bytes and a launch's inputs and
     outputs never sharing; `shared_bound_bytes`, the same order with the sharing the
     plan uses (in-place reuse, views). `inline_constant_bytes` (format 6 on): the
-    constants compiled into a sink's program as literals, held with the executable.
+    constants compiled into sink or fused kernels as literals, held with the executables.
     The device memory one step needs is arena + constant pool + inline constants + max
     workspace."""
 

@@ -28,12 +28,16 @@ DEFAULT_WEIGHTS = "pool"
 DEFAULT_LAUNCH = "sink"
 # Sink and fused plans compile their small constants into their kernels as literals:
 # each argument costs a call ~1 us on CPU (scripts/bench_replay.py: jit(const) vs
-# jit(args)), about the whole step of a small model. Up to INLINE_BYTES in all,
-# smallest first, each at most INLINE_MAX_TENSOR_BYTES: a larger weight's argument is
-# noise next to the work it feeds, and literals grow the plan's kernels
-# (docs/design.md, "Inline constants").
+# jit(args); the example MLP's six weights are a quarter of its step). Up to
+# INLINE_BYTES in all, smallest first, each at most INLINE_MAX_TENSOR_BYTES: a larger
+# weight's argument is noise next to the work it feeds, and literals grow the plan's
+# kernels. Only INLINE_DTYPES, read by one node: XLA folds what a kernel does to a
+# literal into a new literal (a float16 weight converted to float32 would be held at
+# twice its bytes), and the plan states the literals' bytes (docs/design.md, "Inline
+# constants"; tests/test_inline.py measures them in the compiled kernels).
 INLINE_BYTES = 1 << 20
 INLINE_MAX_TENSOR_BYTES = 64 << 10
+INLINE_DTYPES = ("float32", "int32", "uint32")
 LAUNCH_MODES = group.MODES
 TARGETS = ("cpu", "cuda")
 SCHEDULES = ("memory", "default")
@@ -225,9 +229,10 @@ def plan_graph(graph, options=Options(), cuts=frozenset()):
 def inline_choice(groups, live, options):
     """-> names of the constants compiled into their launch's kernel as literals
     (INLINE_BYTES): in sink and fused plans with the weights in the pool, those read by
-    one launch whose kernel is its own (a fused kernel shared by launches takes its
-    constants as arguments), in the default format, of at most INLINE_MAX_TENSOR_BYTES,
-    smallest first (then by name) while the total stays within `options.inline_bytes`."""
+    one node, in a launch whose kernel is its own (a fused kernel shared by launches
+    takes its constants as arguments), of a dtype in INLINE_DTYPES (stored as it is
+    computed with), in the default format, of at most INLINE_MAX_TENSOR_BYTES, smallest
+    first (then by name) while the total stays within `options.inline_bytes`."""
     if options.launch == "kernel" or options.weights != "pool" or options.inline_bytes <= 0:
         return frozenset()
     recs = live.tensors
@@ -237,12 +242,17 @@ def inline_choice(groups, live, options):
     for k in keys:
         uses[k] = uses.get(k, 0) + 1
     shared = {k for k, n in uses.items() if n > 1} if options.reuse else set()
-    readers = {}
+    readers, nodes = {}, {}
     for s, (reads, _) in enumerate(live.steps):
         for t in reads:
             readers.setdefault(t, []).append(s)
+    for g in groups:
+        for n in g:
+            for i in set(n.inputs):
+                nodes[i] = nodes.get(i, 0) + 1
     sized = sorted((t.nbytes, t.name) for i, t in enumerate(recs)
                    if t.kind == "constant" and t.format == "default" and t.nbytes <= INLINE_MAX_TENSOR_BYTES
+                   and t.dtype in INLINE_DTYPES and nodes.get(t.name) == 1
                    and len(readers.get(i, ())) == 1 and keys[readers[i][0]] not in shared)
     chosen, total = set(), 0
     for n, name in sized:

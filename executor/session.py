@@ -288,9 +288,9 @@ class Session:
         # (anything else takes check_feeds' full path, which gives the same arrays)
         self._plain_feeds = None if any(t.dtype in dtypes.NARROWED for t in self._inputs) else \
             [(t.name, tuple(t.shape), dtypes.np_dtype(t.dtype)) for t in self._inputs]
-        # the common device feed: jax's array type, of the storage dtype and shape (its
-        # aval, compared in tens of ns), on a sharding object already seen to be this
-        # device's alone (`_on_device`)
+        # the common device feed (`_device_args`): jax's array type, of the storage dtype
+        # and shape (its aval, compared in tens of ns), on a sharding already seen to be
+        # this device's alone
         self._device_feeds = []  # [(input name, its aval)], from the kernel that takes the feeds (below)
         self._shardings = set()  # shardings whose devices() is {self.device}
         self._sharding = None  # the last of them a feed had
@@ -453,7 +453,8 @@ class Session:
         need = self.plan.memory.step_device_bytes + sum(t.nbytes for t in self._inputs + self._outputs)
         if need > free:
             raise PlanError(f"plan needs {need} bytes of device memory (arena {self.plan.memory.arena_bytes}, "
-                            f"constant pool {self.plan.memory.constant_pool_bytes}, workspace "
+                            f"constant pool {self.plan.memory.constant_pool_bytes}, inline constants "
+                            f"{self.plan.memory.inline_constant_bytes}, workspace "
                             f"{self.plan.memory.max_workspace_bytes}, inputs and outputs), but {self.device} has "
                             f"{free} bytes free")
 

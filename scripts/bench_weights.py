@@ -35,7 +35,8 @@ def main():
     feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in graph.inputs}
     sessions = {}
     for w in ("arena", "pool"):
-        plan = pipeline.compile_graph(graph, digest, pipeline.Options(weights=w)).plan
+        # (pool: every weight an argument, none compiled into the kernel as a literal)
+        plan = pipeline.compile_graph(graph, digest, pipeline.Options(weights=w, inline_bytes=0)).plan
         sessions[w] = executor.Session(codec.decode(codec.encode(plan)))
         sessions[w].run(feeds)
     jitted = jax.jit(reference.make_function(graph)[0])

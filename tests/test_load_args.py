@@ -119,6 +119,7 @@ def foreign_feed():  # a device-array feed on the other device: refused before a
     s1 = executor.load(paths["sink"], device=d1, warmup=False)
     (name, _, shape), = s1.input_specs
     x = np.ones(shape, np.float32)
+    s1.run({name: jax.device_put(x, d1)})  # a feed on its own device first: its sharding is then known
     before = np.asarray(s1._arena).copy()
     try:
         s1.run({name: jax.device_put(x, d0)})

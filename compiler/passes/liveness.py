@@ -51,7 +51,7 @@ def run(graph, groups, info, weights, materialize_all=True, alignment=formats.AL
     node is in no group; `feeds_first`: the first launch writes the inputs (default:
     not materialize_all); `fmts`: tensor name -> storage format (passes/layout.py;
     default: every tensor `default`); `inline`: names of constants compiled into their
-    kernel as literals (a sink plan's small constants, pipeline.inline_choice)."""
+    kernel as literals (small constants of sink and fused plans, pipeline.inline_choice)."""
     views, parts, fmts = views or {}, parts or {}, fmts or {}
 
     def rec(name, kind, t, storage, base=-1):

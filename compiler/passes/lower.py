@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from jax._src import config as jax_config
 
 from aotplan import dtypes, formats, native, xla_options
-from aotplan.errors import ModelError
+from aotplan.errors import InternalError, ModelError
 from compiler import arena_io
 from compiler import formats as cformats
 from compiler.ops import nn
@@ -258,6 +258,10 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     values of the constants whose storage is "inline" (name -> numpy array in the
     storage dtype)."""
     fmts, inline = fmts or {}, inline or {}
+    held = {t.name for t in liveness.tensors if t.storage == "inline"}
+    if held != set(inline):
+        raise InternalError(f"lower: the inline constants' values ({sorted(inline)}) are not those of the tensors "
+                         f"stored inline ({sorted(held)})")
     export = _Exporter(native_for, targets, xla_options.default_jobs() if jobs is None else jobs)
     try:
         return _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands,
