@@ -254,7 +254,8 @@ def compile_all(models, tmp):
         ref = host_outputs(step(to_storage(m.feeds, specs)), info)
         for mode in MODES + ("sink-pool", "native"):
             opts = pipeline.Options(launch="sink" if mode in ("native", "sink-pool") else mode,
-                                    embed_native=mode == "native", **({"inline_bytes": 0} if mode == "sink-pool" else {}))
+                                    embed_native=mode == "native",
+                                    **({"inline_bytes": 0} if mode == "sink-pool" else {}))
             jax.clear_caches()
             res = pipeline.compile_graph(m.graph, m.digest, opts)
             data = codec.encode(res.plan)

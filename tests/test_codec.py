@@ -76,7 +76,8 @@ def test_newer_and_older_versions(data):
     lo, hi = codec.MIN_SUPPORTED_VERSION, codec.MAX_SUPPORTED_VERSION
     with pytest.raises(PlanError, match=rf"plan format {hi + 1} is newer than this executor \(supports {lo}-{hi}\)"):
         codec.decode(reheader(payload, version=hi + 1))
-    with pytest.raises(PlanError, match=rf"plan format 1 is older than this executor supports \({lo}-{hi}\); recompile"):
+    with pytest.raises(PlanError,
+                       match=rf"plan format 1 is older than this executor supports \({lo}-{hi}\); recompile"):
         codec.decode(reheader(payload, version=1))
     with pytest.raises(PlanError, match="plan format 0 is older"):
         codec.decode(reheader(payload, version=0))
