@@ -107,7 +107,7 @@ def main():
     from compiler import pipeline as pl_
 
     print("\ndevice memory per step, MiB: fused plan (arena + pool + inline constants + max workspace) vs jax.jit "
-          f"(args + outputs + temp)")
+          "(args + outputs + temp)")
     print("   (jit(opts): jax.jit compiled with aotplan's XLA options, for reference; targets are judged on jit)")
     print(f"{'model':12s} {'arena':>8s} {'pool':>8s} {'inline':>8s} {'wkspace':>8s} {'plan':>8s} {'jit':>8s} "
           f"{'plan/jit':>8s} "
