@@ -236,11 +236,7 @@ def inline_choice(groups, live, options):
     if options.launch == "kernel" or options.weights != "pool" or options.inline_bytes <= 0:
         return frozenset()
     recs = live.tensors
-    last = len(groups) - 1  # the first launch takes the feeds, the last returns the outputs: their own kernels
-    keys = [(lower.group_key(g, *live.steps[s], recs), s == 0, s == last) for s, g in enumerate(groups)]
-    uses = {}
-    for k in keys:
-        uses[k] = uses.get(k, 0) + 1
+    keys, uses = lower.launch_keys(groups, live.steps, recs, options.launch)  # as lower shares kernels
     shared = {k for k, n in uses.items() if n > 1} if options.reuse else set()
     readers, nodes = {}, {}
     for s, (reads, _) in enumerate(live.steps):

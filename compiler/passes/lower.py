@@ -140,6 +140,19 @@ def group_key(group, reads, writes, recs):
                                  recs[t].stride) for t in writes))
 
 
+def launch_keys(groups, steps, recs, mode):
+    """-> ([each launch's key], {key: launches}): launches with equal keys are the same
+    computation (`group_key`), and in sink and fused plans the first launch (it takes
+    the feeds) and the last (it returns the outputs) have kernels of their own."""
+    ends = mode != "kernel"
+    last = len(groups) - 1
+    keys = [(group_key(g, *steps[s], recs), ends and s == 0, ends and s == last) for s, g in enumerate(groups)]
+    uses = {}
+    for key in keys:
+        uses[key] = uses.get(key, 0) + 1
+    return keys, uses
+
+
 def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, info, fmts, inline):
     """The kernel function: (arena, *pool, [offsets], [*feeds]) -> arena [, *returns].
     `feeds`: the plan's inputs, taken as arguments (and written to their offsets);
@@ -260,8 +273,8 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     fmts, inline = fmts or {}, inline or {}
     held = {t.name for t in liveness.tensors if t.storage == "inline"}
     if held != set(inline):
-        raise InternalError(f"lower: the inline constants' values ({sorted(inline)}) are not those of the tensors "
-                         f"stored inline ({sorted(held)})")
+        raise InternalError(f"lower: the inline constants' values ({sorted(inline)}) are not those of the "
+                            f"tensors stored inline ({sorted(held)})")
     export = _Exporter(native_for, targets, xla_options.default_jobs() if jobs is None else jobs)
     try:
         return _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands,
@@ -289,10 +302,7 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
     io_in_launches = mode != "kernel"
     last = len(groups) - 1
     ends = [(io_in_launches and s == 0, io_in_launches and s == last) for s in range(len(groups))]
-    keys = [(group_key(g, *liveness.steps[s], recs), ends[s]) for s, g in enumerate(groups)]
-    uses = {}
-    for key in keys:
-        uses[key] = uses.get(key, 0) + 1
+    keys, uses = launch_keys(groups, liveness.steps, recs, mode)
     made = {}
 
     def lower_group(s, name, bands=None):
