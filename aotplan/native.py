@@ -16,9 +16,10 @@ The executor uses a plan's executables only when `fingerprint(device)` equals th
 plan's and the plan is trusted (signature verified, or the caller says so); anything
 else falls back to the portable StableHLO.
 
-`adopt` gives a loaded executable jax's own call path: it lowers the kernel's
-exported program (milliseconds; no XLA compile) and, where jax would compile it,
-hands back the loaded executable instead, as a persistent-cache hit does. The result
+`adopt` gives a loaded executable jax's own call path: it lowers a jitted function of
+the kernel's signature (milliseconds; no XLA compile; the executor passes a stand-in,
+`executor.kernels.stand_in`) and, where jax would compile it, hands back the loaded
+executable instead, as a persistent-cache hit does. The result
 is a `jax.stages.Compiled`, called through jax's C++ dispatch: numpy arguments are
 transferred in C++ and a call costs a few microseconds. `NativeKernel`, which calls
 `execute_sharded` from Python (about 20 us per host argument for `jax.device_put`,

@@ -26,8 +26,7 @@ import numpy as np
 from aotplan import codec, dtypes, formats, native, verify, xla_options
 from aotplan.errors import FeedError, ForkError, PlanError
 from aotplan.plan import Plan
-from executor.kernels import (check_signature, compile_lowered, device_avals, kernel_function, load_kernel,
-                              lower_kernel)
+from executor.kernels import adopt, check_signature, compile_lowered, load_kernel, lower_kernel
 
 log = logging.getLogger("aotplan")
 
@@ -348,8 +347,7 @@ class Session:
                 if ki in loading:
                     try:
                         # jax's own call path where this jax allows it, else a direct call
-                        self._kernels[ki] = (native.adopt(loading[ki], kernel_function(exp, donate),
-                                                          device_avals(exp, self.device))
+                        self._kernels[ki] = (adopt(loading[ki], exp, donate, self.device)
                                              or native.NativeKernel(loading[ki].result(), self.device,
                                                                     len(returns) > 1 or role == "output"))
                         continue

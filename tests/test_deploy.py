@@ -118,6 +118,83 @@ def test_native_executables_take_jax_call_path(native_plan, tmp_path, monkeypatc
     _same_outputs_in_place(direct, adopted, feeds)
 
 
+@pytest.fixture(scope="module")
+def native_kernel_plan(examples):
+    """The CNN example in kernel mode with embedded executables: many kernels, shared
+    ones taking offsets, an output kernel that does not donate the arena."""
+    from aotplan import model_json
+    from compiler import pipeline
+
+    graph, digest = model_json.load(os.path.join(EXAMPLES, "cnn", "model.json"))
+    opts = pipeline.Options(embed_native=True, launch="kernel")
+    return graph, pipeline.compile_graph(graph, digest, opts).plan
+
+
+@pytest.mark.parametrize("which", ["sink", "kernel"])
+def test_native_kernels_adopted_through_a_stand_in(which, native_plan, native_kernel_plan, tmp_path, monkeypatch):
+    """Each native executable gets jax's call path from a stand-in's lowering (the
+    exported program is never lowered: `kernels.stand_in`), checked against the
+    exported signature; the outputs are the StableHLO kernels', bit for bit, and the
+    arena stays in place. Where the check fails, the exported program is lowered."""
+    import jax
+
+    from executor import kernels
+
+    graph, plan = native_plan if which == "sink" else native_kernel_plan
+    assert plan.launch_mode == which and (which == "sink" or len(plan.kernels) > 3)
+    path = _write(tmp_path, plan)
+    feeds = random_feeds(graph, 4)
+    lowered = []
+    real = kernels.kernel_function
+    monkeypatch.setattr(kernels, "kernel_function", lambda *a: lowered.append(1) or real(*a))
+    adopted = executor.load(path, trust_executables=True)
+    assert lowered == [] and all(isinstance(k, jax.stages.Compiled) for k in adopted._kernels.values())
+    portable = executor.load(path)
+    assert portable.kernel_source == "stablehlo" and len(lowered) == len(plan.kernels)
+    _same_outputs_in_place(portable, adopted, feeds)
+    monkeypatch.setattr(kernels, "_same_signature", lambda *a: False)
+    checked = executor.load(path, trust_executables=True)
+    assert len(lowered) == 2 * len(plan.kernels)
+    assert all(isinstance(k, jax.stages.Compiled) for k in checked._kernels.values())
+    _same_outputs_in_place(portable, checked, feeds)
+
+
+def test_stand_in_only_for_plain_programs():
+    """A program with a custom call (here LAPACK's, which jax.export initializes before
+    lowering a call) is lowered itself; a stand-in's signature is compared in full."""
+    import jax
+    import jax.numpy as jnp
+
+    from executor import kernels
+
+    spec = jax.ShapeDtypeStruct((4, 4), np.float32)
+    plain = jax.export.export(jax.jit(lambda a, x: (a, x @ x)))(spec, spec)
+    lapack = jax.export.export(jax.jit(lambda a, x: (a, jnp.linalg.cholesky(x))), platforms=["cpu"])(spec, spec)
+    assert kernels._plain(plain) and not kernels._plain(lapack)
+    dev = jax.devices()[0]
+    compiled = kernels.stand_in(plain, True).lower(*kernels.device_avals(plain, dev)).compile()
+    assert kernels._same_signature(compiled, plain, True)
+    assert not kernels._same_signature(compiled, plain, False)  # donation differs
+    other = jax.export.export(jax.jit(lambda a, x: (a, x @ x, x)))(spec, spec)
+    assert not kernels._same_signature(compiled, other, True)  # one more result
+
+
+def test_native_load_imports_no_lapack(native_plan, tmp_path):
+    """A fresh process loading a native plan lowers no exported program, so jax never
+    imports scipy.linalg for LAPACK (about 130 ms of a first load on this CPU)."""
+    graph, plan = native_plan
+    path = _write(tmp_path, plan)
+    script = ("import sys, numpy as np, executor\n"
+              f"s = executor.load({path!r}, trust_executables=True)\n"
+              "assert s.kernel_source == 'native', s.kernel_source\n"
+              "s.run({t.name: np.zeros(t.shape, np.float32) for t in s._inputs})\n"
+              "print(sorted(m for m in sys.modules if m.startswith('scipy.linalg')))\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "[]", r.stdout
+
+
 def test_adopting_leaves_other_threads_compiling():
     """While one thread hands jax a loaded executable, another thread's compile is a
     real compile; a lowering jax never compiles is an error, not a silent pass."""
