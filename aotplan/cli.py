@@ -107,6 +107,14 @@ def _refuse_unwritable(path, what, folder=False):
             ro = False
         raise AotplanError(f"cannot write {what}: "
                            + (f"{d!r} is on a read-only file system" if ro else f"no permission to write in {d!r}"))
+    import tempfile
+
+    try:  # what access() cannot tell (root's pseudo file systems, such as /proc): a file made and removed
+        fd, probe = tempfile.mkstemp(prefix=".aotplan-probe-", dir=d)
+    except OSError as e:
+        raise AotplanError(f"cannot write {what}: cannot create a file in {d!r} ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 # ------------------------------------------------------------------- compile
@@ -391,7 +399,29 @@ def _load_npy(spec, flag="--input"):
         a.close()
         raise FeedError(f"{flag} {name}: {path!r} is an .npz archive ({', '.join(files[:5]) or 'empty'}); "
                         f"{flag} takes one .npy file per input")
+    extra = _npy_extra_bytes(path, a)
+    if extra:
+        raise FeedError(f"{flag} {name}: {path!r} has {extra} bytes after its array's data (a second array "
+                        f"appended to the file, or another file written over a longer one?); numpy reads only "
+                        f"the first array: save one array per file")
     return name, a
+
+
+def _npy_extra_bytes(path, a):
+    """The bytes a regular .npy file holds after its array's data (numpy ignores them),
+    from the header's length field: 0 where the file is not a regular file."""
+    if not os.path.isfile(path):  # (a FIFO, read once by numpy, is not opened again)
+        return 0
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+            size = os.fstat(f.fileno()).st_size
+    except OSError:
+        return 0
+    if len(head) < 10 or head[6] not in (1, 2, 3):
+        return 0
+    start = 10 + int.from_bytes(head[8:10], "little") if head[6] == 1 else 12 + int.from_bytes(head[8:12], "little")
+    return max(size - start - a.nbytes, 0)
 
 
 def _as_bfloat16(a, where):

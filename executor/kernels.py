@@ -24,6 +24,43 @@ def load_kernel(k):
     return exp
 
 
+class StableHLOCheck:
+    """Reads each kernel's StableHLO before jax lowers it, in an MLIR context that
+    collects the diagnostics (one context per load), so that a program this jax cannot
+    read (a plan from a jax outside its compatibility window, or altered bytes) is one
+    PlanError naming the kernel and MLIR's reason, not MLIR's lines on stderr followed
+    by XLA's "Failed to deserialize StableHLO". About 1 ms a kernel, beside its XLA
+    compile's tens to hundreds. A jax without these internals is not checked here (its
+    lowering reports the error)."""
+
+    def __init__(self, plan_jax):
+        self._plan_jax = plan_jax
+        self._ctx = None
+
+    def __call__(self, name, exp):
+        try:
+            from jax._src.interpreters import mlir
+            from jax._src.lib import _jax
+
+            read = _jax.mlir.deserialize_portable_artifact
+            if self._ctx is None:
+                self._diags = []
+                self._ctx = mlir.make_ir_context()
+                self._ctx.attach_diagnostic_handler(lambda d: self._diags.append(str(d.message)) or True)
+        except Exception:
+            return
+        self._diags.clear()
+        try:
+            with self._ctx:
+                read(exp.mlir_module_serialized)
+        except Exception as e:
+            why = self._diags[0] if self._diags else f"{type(e).__name__}: {e}"
+            cause = (f"the plan was compiled with jax {self._plan_jax}: recompile it with a jax whose StableHLO this "
+                     f"host's jax {jax.__version__} reads (or install that jax here)"
+                     if self._plan_jax != jax.__version__ else "the plan is corrupt")
+            raise PlanError(f"kernel {name!r}: its StableHLO does not deserialize here ({why}); {cause}") from None
+
+
 def check_signature(name, exp, takes, returns):
     """`takes`/`returns`: lists of (shape, storage dtype name) the plan implies."""
     try:

@@ -379,6 +379,11 @@ def test_input_file_that_is_no_npy(mlp_plan, tmp_path):
     assert r.exit_code == 2 and "is an .npz archive (x); --input takes one .npy file per input" in r.output, r.output
     r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={tmp_path / 'zeros'}"])
     assert r.exit_code == 2 and "is not a .npy file" in r.output and "unsafely" not in r.output, r.output
+    with open(tmp_path / "two.npy", "wb") as f:  # numpy would read the first array alone
+        np.save(f, np.zeros((4, 64), np.float32))
+        np.save(f, np.ones((4, 64), np.float32))
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={tmp_path / 'two.npy'}"])
+    assert r.exit_code == 2 and f"has {128 + 4 * 64 * 4} bytes after its array's data" in r.output, r.output
 
 
 def test_check_refuses_bad_tolerances_and_wrong_inputs(mlp_plan, tmp_path):

@@ -170,3 +170,39 @@ def test_output_kernel_results_checked(kernel_examples):
     ts[i] = dataclasses.replace(ts[i], dtype="int32")
     with pytest.raises(PlanError, match=r"kernel 'read_outputs': returns \(float32\[4, 10\]\), the plan's tensors say \(int32\[4, 10\]\)"):
         executor.Session(dataclasses.replace(plan, tensors=tuple(ts)))
+
+
+@pytest.mark.parametrize("damage", ["unknown op", "zeroed section"])
+def test_unreadable_stablehlo_is_one_error(examples, capfd, damage):
+    """A kernel whose StableHLO this jax cannot read (altered bytes, or a plan from a jax
+    outside its compatibility window) is one PlanError naming the kernel and MLIR's
+    reason; MLIR prints nothing on stderr."""
+    import dataclasses
+
+    import jax
+
+    import executor
+    from aotplan.errors import PlanError
+    from executor.kernels import load_kernel
+
+    plan = examples["mlp"][1]
+    k = plan.kernels[0]
+    blob = bytearray(k.exported)
+    at = blob.find(b"dot_general")
+    assert at > 200
+    if damage == "unknown op":
+        blob[at:at + 11] = b"dot_genxxxx"
+    else:
+        blob[at - 200:at + 200] = bytes(400)
+    bad = dataclasses.replace(plan, kernels=(dataclasses.replace(k, exported=bytes(blob)),) + plan.kernels[1:])
+    load_kernel(bad.kernels[0])  # the jax.export envelope still reads: the damage is in the StableHLO
+    capfd.readouterr()
+    reason = "unregistered operation 'vhlo.dot_genxxxx" if damage == "unknown op" else "duplicate top-level section"
+    with pytest.raises(PlanError, match=rf"kernel '{re.escape(k.name)}': its StableHLO does not deserialize here \({reason}.*"
+                                        rf"\); the plan is corrupt$"):
+        executor.Session(bad)
+    other = dataclasses.replace(bad, provenance=dataclasses.replace(plan.provenance, jax_version="99.0"))
+    with pytest.raises(PlanError, match=rf"compiled with jax 99.0: recompile it with a jax whose StableHLO this "
+                                        rf"host's jax {re.escape(jax.__version__)} reads"):
+        executor.Session(other)
+    assert capfd.readouterr().err == ""

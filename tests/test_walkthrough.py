@@ -67,6 +67,15 @@ def test_compile_refuses_an_unwritable_folder_before_compiling(no_compile, tmp_p
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_compile_refuses_a_pseudo_file_system_before_compiling(no_compile, tmp_path):
+    """/proc passes access() for root, yet takes no new file: found by trying one."""
+    r = CliRunner().invoke(main, ["compile", MLP, "-o", "/proc/m.plan"])
+    one_error_line(r, "cannot write plan '/proc/m.plan'", "cannot create a file in '/proc'")
+    r = CliRunner().invoke(main, ["compile", MLP, "-o", str(tmp_path / "m.plan")])
+    assert r.exit_code != 0 and os.listdir(tmp_path) == [], r.output  # (no_compile stops it) the probe is gone
+
+
 def test_replay_refuses_unwritable_output_and_dump_before_loading(no_load, tmp_path):
     r = CliRunner().invoke(main, ["replay", GOLDEN_MLP, "--random-inputs", "--output",
                                   str(tmp_path / "nodir" / "o.npz")])
