@@ -24,43 +24,6 @@ def load_kernel(k):
     return exp
 
 
-class StableHLOCheck:
-    """Reads each kernel's StableHLO before jax lowers it, in an MLIR context that
-    collects the diagnostics (one context per load), so that a program this jax cannot
-    read (a plan from a jax outside its compatibility window, or altered bytes) is one
-    PlanError naming the kernel and MLIR's reason, not MLIR's lines on stderr followed
-    by XLA's "Failed to deserialize StableHLO". About 1 ms a kernel, beside its XLA
-    compile's tens to hundreds. A jax without these internals is not checked here (its
-    lowering reports the error)."""
-
-    def __init__(self, plan_jax):
-        self._plan_jax = plan_jax
-        self._ctx = None
-
-    def __call__(self, name, exp):
-        try:
-            from jax._src.interpreters import mlir
-            from jax._src.lib import _jax
-
-            read = _jax.mlir.deserialize_portable_artifact
-            if self._ctx is None:
-                self._diags = []
-                self._ctx = mlir.make_ir_context()
-                self._ctx.attach_diagnostic_handler(lambda d: self._diags.append(str(d.message)) or True)
-        except Exception:
-            return
-        self._diags.clear()
-        try:
-            with self._ctx:
-                read(exp.mlir_module_serialized)
-        except Exception as e:
-            why = self._diags[0] if self._diags else f"{type(e).__name__}: {e}"
-            cause = (f"the plan was compiled with jax {self._plan_jax}: recompile it with a jax whose StableHLO this "
-                     f"host's jax {jax.__version__} reads (or install that jax here)"
-                     if self._plan_jax != jax.__version__ else "the plan is corrupt")
-            raise PlanError(f"kernel {name!r}: its StableHLO does not deserialize here ({why}); {cause}") from None
-
-
 def check_signature(name, exp, takes, returns):
     """`takes`/`returns`: lists of (shape, storage dtype name) the plan implies."""
     try:
@@ -142,9 +105,12 @@ def device_avals(exp, device):
     return [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in exp.in_avals]
 
 
-def lower_kernel(name, exp, donate, platform, device=None):
+def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None):
     """-> the kernel lowered for `device` (default: the first device), ready for XLA
-    (`compile_lowered`; Python work, done one at a time)."""
+    (`compile_lowered`; Python work, done one at a time). `plan_jax`: the jax version
+    the plan was compiled with, named where this jax cannot read the kernel's StableHLO
+    (MLIR prints its reason on stderr first: collecting MLIR's diagnostics needs a
+    handler on jax's MLIR context, which crashed jax 0.11.2 on such a program)."""
     if platform not in exp.platforms:
         raise PlanError(f"kernel {name!r} was exported for {', '.join(exp.platforms)}; this host runs {platform}: "
                         f"recompile the model for this platform")
@@ -153,6 +119,11 @@ def lower_kernel(name, exp, donate, platform, device=None):
     try:
         return fn.lower(*avals)
     except Exception as e:
+        if "deserialize stablehlo" in str(e).lower():  # (jax 0.10 and 0.11: "Failed to deserialize StableHLO")
+            cause = (f"the plan was compiled with jax {plan_jax}: recompile it with a jax whose StableHLO this host's "
+                     f"jax {jax.__version__} reads (or install that jax here)"
+                     if plan_jax and plan_jax != jax.__version__ else "the plan is corrupt")
+            raise PlanError(f"kernel {name!r}: this host's jax cannot read its StableHLO ({e}); {cause}") from None
         raise PlanError(f"kernel {name!r}: XLA could not compile it on this host: {e}") from None
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from aotplan import codec, dtypes, formats, native, verify, xla_options
 from aotplan.errors import FeedError, ForkError, PlanError
 from aotplan.plan import Plan
-from executor.kernels import StableHLOCheck, adopt, check_signature, compile_lowered, load_kernel, lower_kernel
+from executor.kernels import adopt, check_signature, compile_lowered, load_kernel, lower_kernel
 
 log = logging.getLogger("aotplan")
 
@@ -330,7 +330,6 @@ class Session:
         jobs = min(xla_options.default_jobs() if jobs is None else jobs, len(wants) - len(loading))
         pool = concurrent.futures.ThreadPoolExecutor(jobs, "aotplan-xla") if jobs > 1 else None
         compiling = {}
-        readable = StableHLOCheck(plan.provenance.jax_version)
         try:
             for ki, (role, takes, returns) in sorted(wants.items()):
                 k = plan.kernels[ki]
@@ -354,8 +353,7 @@ class Session:
                         continue
                     except Exception as e:
                         raise PlanError(f"kernel {k.name!r}: its native executable does not load here: {e}") from None
-                readable(k.name, exp)
-                lowered = lower_kernel(k.name, exp, donate, platform, self.device)
+                lowered = lower_kernel(k.name, exp, donate, platform, self.device, plan.provenance.jax_version)
                 if pool:
                     compiling[ki] = pool.submit(compile_lowered, k.name, lowered, platform)
                 else:

@@ -173,10 +173,10 @@ def test_output_kernel_results_checked(kernel_examples):
 
 
 @pytest.mark.parametrize("damage", ["unknown op", "zeroed section"])
-def test_unreadable_stablehlo_is_one_error(examples, capfd, damage):
+def test_unreadable_stablehlo_is_one_error(examples, damage):
     """A kernel whose StableHLO this jax cannot read (altered bytes, or a plan from a jax
-    outside its compatibility window) is one PlanError naming the kernel and MLIR's
-    reason; MLIR prints nothing on stderr."""
+    outside its compatibility window) is one PlanError naming the kernel and the likely
+    cause. (MLIR prints its own reason on stderr before it.)"""
     import dataclasses
 
     import jax
@@ -196,13 +196,10 @@ def test_unreadable_stablehlo_is_one_error(examples, capfd, damage):
         blob[at - 200:at + 200] = bytes(400)
     bad = dataclasses.replace(plan, kernels=(dataclasses.replace(k, exported=bytes(blob)),) + plan.kernels[1:])
     load_kernel(bad.kernels[0])  # the jax.export envelope still reads: the damage is in the StableHLO
-    capfd.readouterr()
-    reason = "unregistered operation 'vhlo.dot_genxxxx" if damage == "unknown op" else "duplicate top-level section"
-    with pytest.raises(PlanError, match=rf"kernel '{re.escape(k.name)}': its StableHLO does not deserialize here \({reason}.*"
-                                        rf"\); the plan is corrupt$"):
+    with pytest.raises(PlanError, match=rf"^kernel '{re.escape(k.name)}': this host's jax cannot read its StableHLO "
+                                        rf"\(.*[Dd]eserialize.*\); the plan is corrupt$"):
         executor.Session(bad)
     other = dataclasses.replace(bad, provenance=dataclasses.replace(plan.provenance, jax_version="99.0"))
     with pytest.raises(PlanError, match=rf"compiled with jax 99.0: recompile it with a jax whose StableHLO this "
                                         rf"host's jax {re.escape(jax.__version__)} reads"):
         executor.Session(other)
-    assert capfd.readouterr().err == ""
