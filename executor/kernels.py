@@ -105,30 +105,93 @@ def device_avals(exp, device):
     return [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in exp.in_avals]
 
 
+def _unreadable(name, e, plan_jax):
+    """The PlanError for a kernel whose StableHLO this jax cannot read."""
+    cause = (f"the plan was compiled with jax {plan_jax}: recompile it with a jax whose StableHLO this host's "
+             f"jax {jax.__version__} reads (or install that jax here)"
+             if plan_jax and plan_jax != jax.__version__ else "the plan is corrupt")
+    return PlanError(f"kernel {name!r}: this host's jax cannot read its StableHLO ({e}); {cause}")
+
+
+def _is_unreadable(e):
+    return "deserialize stablehlo" in str(e).lower()  # (jax 0.10 and 0.11: "Failed to deserialize StableHLO")
+
+
+class Direct:
+    """A kernel compiled from its exported module as it is, called through a stand-in's
+    lowering (`compile_lowered`): where `exp.call` is lowered instead, jax first
+    initializes the CPU's LAPACK kernels (about 130 ms and 20 MiB the first time in a
+    process: it imports scipy.linalg) and lowers for 2 ms more a kernel. For plain
+    programs exported for one platform (the module's `main` then takes exactly the
+    kernel's arguments, and carries its donation as `tf.aliasing_output`). The compile
+    goes through jax's own step (its options, devices, persistent cache), given this
+    module in place of the stand-in's."""
+
+    def __init__(self, lowered, module, fallback):
+        self.lowered, self.module, self.fallback = lowered, module, fallback
+
+
+def _module(exp):
+    """The exported program as an MLIR module (in a context of its own) -> module, or
+    None where this jax's internals differ; raises what deserializing raised."""
+    try:
+        from jax._src.interpreters import mlir
+        from jax._src.lib import _jax
+
+        read, ctx = _jax.mlir.deserialize_portable_artifact, mlir.make_ir_context()
+    except Exception:
+        return None
+    with ctx:
+        return read(bytes(exp.mlir_module_serialized))
+
+
 def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None):
     """-> the kernel lowered for `device` (default: the first device), ready for XLA
-    (`compile_lowered`; Python work, done one at a time). `plan_jax`: the jax version
-    the plan was compiled with, named where this jax cannot read the kernel's StableHLO
-    (MLIR prints its reason on stderr first: collecting MLIR's diagnostics needs a
-    handler on jax's MLIR context, which crashed jax 0.11.2 on such a program)."""
+    (`compile_lowered`; Python work, done one at a time): a `Direct` where the program
+    is plain and exported for this platform alone, else `jit(exp.call)` lowered.
+    `plan_jax`: the jax version the plan was compiled with, named where this jax cannot
+    read the kernel's StableHLO (MLIR prints its reason on stderr first: collecting
+    MLIR's diagnostics needs a handler on an MLIR context, which crashed jax 0.11.2 on
+    such a program)."""
     if platform not in exp.platforms:
         raise PlanError(f"kernel {name!r} was exported for {', '.join(exp.platforms)}; this host runs {platform}: "
                         f"recompile the model for this platform")
-    fn = kernel_function(exp, donate)
     avals = exp.in_avals if device is None else device_avals(exp, device)
-    try:
-        return fn.lower(*avals)
-    except Exception as e:
-        if "deserialize stablehlo" in str(e).lower():  # (jax 0.10 and 0.11: "Failed to deserialize StableHLO")
-            cause = (f"the plan was compiled with jax {plan_jax}: recompile it with a jax whose StableHLO this host's "
-                     f"jax {jax.__version__} reads (or install that jax here)"
-                     if plan_jax and plan_jax != jax.__version__ else "the plan is corrupt")
-            raise PlanError(f"kernel {name!r}: this host's jax cannot read its StableHLO ({e}); {cause}") from None
-        raise PlanError(f"kernel {name!r}: XLA could not compile it on this host: {e}") from None
+
+    def lower_call():
+        try:
+            return kernel_function(exp, donate).lower(*avals)
+        except Exception as e:
+            if _is_unreadable(e):
+                raise _unreadable(name, e, plan_jax) from None
+            raise PlanError(f"kernel {name!r}: XLA could not compile it on this host: {e}") from None
+
+    if len(exp.platforms) == 1 and _plain(exp):
+        try:
+            module = _module(exp)
+        except Exception as e:
+            if _is_unreadable(e):
+                raise _unreadable(name, e, plan_jax) from None
+            module = None
+        if module is not None:
+            return Direct(stand_in(exp, donate).lower(*avals), module, (lower_call, exp, donate))
+    return lower_call()
 
 
 def compile_lowered(name, lowered, platform):
-    """XLA's compile of a lowered kernel (it releases the GIL: several may run at once)."""
+    """XLA's compile of a lowered kernel (it releases the GIL: several may run at once).
+    A `Direct` whose compile fails or whose signature differs from the exported one
+    (checked) is lowered from `exp.call` and compiled again, which names what failed."""
+    if isinstance(lowered, Direct):
+        lower_call, exp, donate = lowered.fallback
+        try:
+            compiled = native.compile_instead(lowered.lowered, lowered.module,
+                                              lambda low: xla_options.compile(low, platform))
+            if compiled is not None and _same_signature(compiled, exp, donate):
+                return compiled
+        except Exception:
+            pass
+        lowered = lower_call()
     try:
         return xla_options.compile(lowered, platform)
     except Exception as e:

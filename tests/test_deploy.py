@@ -131,11 +131,12 @@ def native_kernel_plan(examples):
 
 
 @pytest.mark.parametrize("which", ["sink", "kernel"])
-def test_native_kernels_adopted_through_a_stand_in(which, native_plan, native_kernel_plan, tmp_path, monkeypatch):
-    """Each native executable gets jax's call path from a stand-in's lowering (the
-    exported program is never lowered: `kernels.stand_in`), checked against the
-    exported signature; the outputs are the StableHLO kernels', bit for bit, and the
-    arena stays in place. Where the check fails, the exported program is lowered."""
+def test_kernels_called_through_a_stand_in(which, native_plan, native_kernel_plan, tmp_path, monkeypatch):
+    """Each kernel gets jax's call path from a stand-in's lowering, checked against the
+    exported signature: a native executable is handed back at its compile step, a
+    portable kernel's exported module is compiled in its place; `exp.call` is never
+    lowered. The outputs are those of kernels compiled from `exp.call` (the path taken
+    where the check fails), bit for bit, and the arena stays in place."""
     import jax
 
     from executor import kernels
@@ -148,15 +149,17 @@ def test_native_kernels_adopted_through_a_stand_in(which, native_plan, native_ke
     real = kernels.kernel_function
     monkeypatch.setattr(kernels, "kernel_function", lambda *a: lowered.append(1) or real(*a))
     adopted = executor.load(path, trust_executables=True)
-    assert lowered == [] and all(isinstance(k, jax.stages.Compiled) for k in adopted._kernels.values())
     portable = executor.load(path)
-    assert portable.kernel_source == "stablehlo" and len(lowered) == len(plan.kernels)
-    _same_outputs_in_place(portable, adopted, feeds)
+    assert adopted.kernel_source == "native" and portable.kernel_source == "stablehlo" and lowered == []
+    assert all(isinstance(k, jax.stages.Compiled) for s in (adopted, portable) for k in s._kernels.values())
     monkeypatch.setattr(kernels, "_same_signature", lambda *a: False)
-    checked = executor.load(path, trust_executables=True)
+    adopted_via_call = executor.load(path, trust_executables=True)
+    assert len(lowered) == len(plan.kernels)
+    via_call = executor.load(path)
     assert len(lowered) == 2 * len(plan.kernels)
-    assert all(isinstance(k, jax.stages.Compiled) for k in checked._kernels.values())
-    _same_outputs_in_place(portable, checked, feeds)
+    for sess in (adopted_via_call, adopted, portable):
+        assert all(isinstance(k, jax.stages.Compiled) for k in sess._kernels.values())
+        _same_outputs_in_place(via_call, sess, feeds)
 
 
 def test_stand_in_only_for_plain_programs():
@@ -179,20 +182,22 @@ def test_stand_in_only_for_plain_programs():
     assert not kernels._same_signature(compiled, other, True)  # one more result
 
 
-def test_native_load_imports_no_lapack(native_plan, tmp_path):
-    """A fresh process loading a native plan lowers no exported program, so jax never
-    imports scipy.linalg for LAPACK (about 130 ms of a first load on this CPU)."""
+def test_load_imports_no_lapack(native_plan, tmp_path):
+    """A fresh process loading a plan, from its native executables or its StableHLO,
+    lowers no call of an exported program, so jax never imports scipy.linalg for LAPACK
+    (about 130 ms of a first load on this CPU)."""
     graph, plan = native_plan
     path = _write(tmp_path, plan)
-    script = ("import sys, numpy as np, executor\n"
-              f"s = executor.load({path!r}, trust_executables=True)\n"
-              "assert s.kernel_source == 'native', s.kernel_source\n"
-              "s.run({t.name: np.zeros(t.shape, np.float32) for t in s._inputs})\n"
-              "print(sorted(m for m in sys.modules if m.startswith('scipy.linalg')))\n")
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": ROOT})
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip() == "[]", r.stdout
+    for trust, source in ((True, "native"), (False, "stablehlo")):
+        script = ("import sys, numpy as np, executor\n"
+                  f"s = executor.load({path!r}, trust_executables={trust})\n"
+                  f"assert s.kernel_source == {source!r}, s.kernel_source\n"
+                  "s.run({t.name: np.zeros(t.shape, np.float32) for t in s._inputs})\n"
+                  "print(sorted(m for m in sys.modules if m.startswith('scipy.linalg')))\n")
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": ROOT})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.strip() == "[]", (source, r.stdout)
 
 
 def test_adopting_leaves_other_threads_compiling():
