@@ -33,6 +33,7 @@ from aotplan.errors import InternalError, ModelError
 from compiler import arena_io
 from compiler import formats as cformats
 from compiler.ops import nn
+from executor import kernels
 
 
 @dataclass(frozen=True)
@@ -102,18 +103,18 @@ class _Exporter:
         host = host_platform()
         with jax_config.traceback_in_locations_limit(0):
             exp = jax.export.export(jitted, platforms=self.targets)(*specs)
-            # compiled exactly as the executor compiles it (exp.call), so the workspace
-            # and the embedded executable are those of the program the host will run;
-            # a build host outside the targets compiles its own export, for the workspace
+            # compiled exactly as the executor compiles it (`executor.kernels`: the
+            # exported module, or exp.call where that is not plain), so the workspace and
+            # the embedded executable are those of the program the host will run; a
+            # build host outside the targets compiles its own export, for the workspace
             here = exp if host in self.targets else jax.export.export(jitted, platforms=(host,))(*specs)
-            call = jax.jit(here.call, donate_argnums=0) if donate else jax.jit(here.call)
-            lowered = call.lower(*here.in_avals)
+            lowered = kernels.lower_kernel(name, here, donate, host)
         self.platforms.update(exp.platforms)
         blob = bytes(exp.serialize())
         native_ok = self.native_for is not None and host in self.targets
 
         def build():
-            compiled = xla_options.compile(lowered, host)
+            compiled = kernels.compile_lowered(name, lowered, host)
             ma = compiled.memory_analysis()
             temp = int(getattr(ma, "temp_size_in_bytes", 0) or 0) if ma is not None else 0
             alias = int(getattr(ma, "alias_size_in_bytes", 0) or 0) if ma is not None else 0
