@@ -5,6 +5,12 @@ compiled ahead of the first step, with the arena argument donated where the kern
 writes it, so every call updates the arena in place. Every kernel is lowered for the
 session's device (`device_avals`): a program lowered for bare avals is compiled for
 the process's first device, whatever device the session runs on.
+
+A kernel gets jax's call path (a `jax.stages.Compiled`: C++ dispatch) from the lowering
+of a stand-in of its signature (`stand_in`); at jax's compile step the exported module
+is compiled in its place (`Direct`), or a native executable is handed back (`adopt`),
+and the result's signature is checked against the exported one. `jit(exp.call)` is
+lowered only where that does not apply (docs/design.md, "Fast start").
 """
 
 import jax
