@@ -53,9 +53,8 @@ Version changelog:
     weights, and their digest is checked in parallel. Versions 2-4 still load.
   6 (aotplan 0.6): a tensor's `storage` may be "inline": a small constant of a sink or
     fused plan compiled into the kernel that reads it as a literal (no argument, no data
-    row); `memory`
-    gains inline_constant_bytes (part of the step's device memory). Versions 2-5 still
-    load.
+    row); `memory` gains inline_constant_bytes (part of the step's device memory).
+    Versions 2-5 still load.
 """
 
 import hashlib

@@ -133,8 +133,10 @@ class Direct:
     goes through jax's own step (its options, devices, persistent cache), given this
     module in place of the stand-in's."""
 
-    def __init__(self, lowered, module, fallback):
-        self.lowered, self.module, self.fallback = lowered, module, fallback
+    def __init__(self, lowered, module, exp, donate, lower_call):
+        self.lowered, self.module = lowered, module  # the stand-in's lowering; the exported module
+        self.exp, self.donate = exp, donate  # what the result's signature is checked against
+        self.lower_call = lower_call  # -> jit(exp.call) lowered: the way back
 
 
 def _module(exp):
@@ -182,7 +184,7 @@ def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None):
                 raise _unreadable(name, e, plan_jax) from None
             module = None
         if module is not None:
-            return Direct(stand_in(exp, donate).lower(*avals), module, (lower_call, exp, donate))
+            return Direct(stand_in(exp, donate).lower(*avals), module, exp, donate, lower_call)
     return lower_call()
 
 
@@ -191,15 +193,15 @@ def compile_lowered(name, lowered, platform):
     A `Direct` whose compile fails or whose signature differs from the exported one
     (checked) is lowered from `exp.call` and compiled again, which names what failed."""
     if isinstance(lowered, Direct):
-        lower_call, exp, donate = lowered.fallback
+        direct = lowered
         try:
-            compiled = native.compile_instead(lowered.lowered, lowered.module,
+            compiled = native.compile_instead(direct.lowered, direct.module,
                                               lambda low: xla_options.compile(low, platform))
-            if compiled is not None and _same_signature(compiled, exp, donate):
+            if compiled is not None and _same_signature(compiled, direct.exp, direct.donate):
                 return compiled
-        except Exception:
+        except Exception:  # whatever failed, the exp.call path below reports it, or works
             pass
-        lowered = lower_call()
+        lowered = direct.lower_call()
     try:
         return xla_options.compile(lowered, platform)
     except Exception as e:
