@@ -603,7 +603,10 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     feeds = _feeds(session, inputs, random_inputs, seed)
     m = session.memory
     plan = session.plan
-    click.echo(f"plan {plan_path}: loaded in {session.load_seconds * 1e3:.1f} ms ({session.kernel_source} kernels); "
+    from executor import kernels
+
+    click.echo(f"plan {plan_path}: loaded in {session.load_seconds * 1e3:.1f} ms ({session.kernel_source} kernels"
+               f"{kernels.paths_note(session.kernel_paths)}); "
                f"launch mode {plan.launch_mode}, {_n(len(plan.launches), 'launch')} per step; device memory "
                f"{_fmt_bytes(m.step_device_bytes)} (arena {_fmt_bytes(m.arena_bytes)}, pool "
                f"{_fmt_bytes(m.constant_pool_bytes)}, "

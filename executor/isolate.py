@@ -37,9 +37,12 @@ class ProbeReport:
     launches: int
     load_seconds: float  # the child's load, warm-up step included
     trusted: bool  # the plan's signature verified with the key given
+    paths_note: str = ""  # kernels.paths_note: "" where every kernel took a fast path
 
     def line(self):
-        return (f"{self.kernels} kernel{'s' if self.kernels != 1 else ''} ({self.kernel_source}) loaded and one step of {self.launches} launch{'es' if self.launches != 1 else ''} run "
+        kernels = f"{self.kernels} kernel{'s' if self.kernels != 1 else ''}"
+        launches = f"{self.launches} launch{'es' if self.launches != 1 else ''}"
+        return (f"{kernels} ({self.kernel_source}{self.paths_note}) loaded and one step of {launches} run "
                 f"in a child process in {self.load_seconds:.2f} s")
 
 
@@ -104,6 +107,7 @@ def _child():
         req = json.loads(sys.stdin.read())
         import executor
         from aotplan import codec
+        from executor import kernels
 
         t0 = time.perf_counter()
         key = bytes.fromhex(req["trust_key"]) if req["trust_key"] else None
@@ -113,7 +117,7 @@ def _child():
                                    progress=lambda what: say(_STAGE + what), jobs=1)  # a crash names its kernel
         report = dict(kernels=len(session._kernels), kernel_source=session.kernel_source,
                       launches=len(session.plan.launches), load_seconds=time.perf_counter() - t0,
-                      trusted=bool(trusted))
+                      trusted=bool(trusted), paths_note=kernels.paths_note(session.kernel_paths))
         say(_RESULT + json.dumps({"report": report}))
     except errors.AotplanError as e:
         say(_RESULT + json.dumps({"error": type(e).__name__, "message": str(e)}))

@@ -20,6 +20,30 @@ import numpy as np
 from aotplan import dtypes, native, xla_options
 from aotplan.errors import PlanError
 
+# How a kernel got its call path (`Session.kernel_paths`). The first two are the fast
+# ones; the others are taken where a program is not plain, or this jax's internals
+# differ, and cost a slower load (`exp.call`'s lowering: on CPU, scipy.linalg's import).
+COMPILED = "compiled"  # its StableHLO compiled as it is, called through a stand-in
+NATIVE = "native"  # its native executable, called through a stand-in
+COMPILED_VIA_CALL = "compiled via exported.call"
+NATIVE_VIA_CALL = "native via exported.call"
+NATIVE_FROM_PYTHON = "native, called from Python"  # native.NativeKernel
+FAST_PATHS = (COMPILED, NATIVE)
+
+
+def paths_note(paths):
+    """{kernel name: path} (`Session.kernel_paths`) -> "" where every kernel took a
+    fast path, else what `replay` and `verify` add to their load line: how many took
+    which slower path."""
+    slow = {}
+    for path in paths.values():
+        if path not in FAST_PATHS:
+            slow[path] = slow.get(path, 0) + 1
+    if not slow:
+        return ""
+    return ("; " + ", ".join(f"{n} of {len(paths)} {path}" for path, n in sorted(slow.items()))
+            + " (a slower load: a program that is not plain, or this jax's internals differ)")
+
 
 def load_kernel(k):
     try:
@@ -93,15 +117,17 @@ def _same_signature(compiled, exp, donate):
 
 def adopt(exe, exp, donate, device):
     """A loaded native executable (or a Future of it) of the exported program `exp`,
-    called through jax's dispatch (`native.adopt`) -> `jax.stages.Compiled`, or None
-    where this jax does not allow it. Lowered from a stand-in of the same signature,
-    checked against the exported one, else from the exported program itself."""
+    called through jax's dispatch (`native.adopt`) -> (`jax.stages.Compiled`, its
+    path: NATIVE or NATIVE_VIA_CALL), or (None, None) where this jax does not allow it.
+    Lowered from a stand-in of the same signature, checked against the exported one,
+    else from the exported program itself."""
     avals = device_avals(exp, device)
     if _plain(exp):
         compiled = native.adopt(exe, stand_in(exp, donate), avals)
         if compiled is not None and _same_signature(compiled, exp, donate):
-            return compiled
-    return native.adopt(exe, kernel_function(exp, donate), avals)
+            return compiled, NATIVE
+    compiled = native.adopt(exe, kernel_function(exp, donate), avals)
+    return (compiled, NATIVE_VIA_CALL) if compiled is not None else (None, None)
 
 
 def device_avals(exp, device):
@@ -188,21 +214,27 @@ def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None):
     return lower_call()
 
 
-def compile_lowered(name, lowered, platform):
-    """XLA's compile of a lowered kernel (it releases the GIL: several may run at once).
-    A `Direct` whose compile fails or whose signature differs from the exported one
-    (checked) is lowered from `exp.call` and compiled again, which names what failed."""
+def compile_kernel(name, lowered, platform):
+    """XLA's compile of a lowered kernel (it releases the GIL: several may run at once)
+    -> (`jax.stages.Compiled`, its path: COMPILED or COMPILED_VIA_CALL). A `Direct`
+    whose compile fails or whose signature differs from the exported one (checked) is
+    lowered from `exp.call` and compiled again, which names what failed."""
     if isinstance(lowered, Direct):
         direct = lowered
         try:
             compiled = native.compile_instead(direct.lowered, direct.module,
                                               lambda low: xla_options.compile(low, platform))
             if compiled is not None and _same_signature(compiled, direct.exp, direct.donate):
-                return compiled
+                return compiled, COMPILED
         except Exception:  # whatever failed, the exp.call path below reports it, or works
             pass
         lowered = direct.lower_call()
     try:
-        return xla_options.compile(lowered, platform)
+        return xla_options.compile(lowered, platform), COMPILED_VIA_CALL
     except Exception as e:
         raise PlanError(f"kernel {name!r}: XLA could not compile it on this host: {e}") from None
+
+
+def compile_lowered(name, lowered, platform):
+    """`compile_kernel`'s executable alone."""
+    return compile_kernel(name, lowered, platform)[0]

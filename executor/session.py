@@ -26,7 +26,8 @@ import numpy as np
 from aotplan import codec, dtypes, formats, native, verify, xla_options
 from aotplan.errors import FeedError, ForkError, PlanError
 from aotplan.plan import Plan
-from executor.kernels import adopt, check_signature, compile_lowered, load_kernel, lower_kernel
+from executor import kernels
+from executor.kernels import adopt, check_signature, compile_kernel, load_kernel, lower_kernel
 
 log = logging.getLogger("aotplan")
 
@@ -320,6 +321,7 @@ class Session:
         self._check_device_memory()
         self.kernel_source = self._kernel_source(trusted)
         self._kernels = {}
+        paths = {}  # kernel index -> how it got its call path (kernels.COMPILED, ...)
         # native executables deserialize in a worker thread (XLA releases the GIL) while
         # this one reads and lowers each kernel's exported program
         loader = concurrent.futures.ThreadPoolExecutor(1) if self.kernel_source == "native" else None
@@ -347,26 +349,33 @@ class Session:
                 if ki in loading:
                     try:
                         # jax's own call path where this jax allows it, else a direct call
-                        self._kernels[ki] = (adopt(loading[ki], exp, donate, self.device)
-                                             or native.NativeKernel(loading[ki].result(), self.device,
-                                                                    len(returns) > 1 or role == "output"))
+                        compiled, paths[ki] = adopt(loading[ki], exp, donate, self.device)
+                        if compiled is None:
+                            compiled = native.NativeKernel(loading[ki].result(), self.device,
+                                                           len(returns) > 1 or role == "output")
+                            paths[ki] = kernels.NATIVE_FROM_PYTHON
+                        self._kernels[ki] = compiled
                         continue
                     except Exception as e:
                         raise PlanError(f"kernel {k.name!r}: its native executable does not load here: {e}") from None
                 lowered = lower_kernel(k.name, exp, donate, platform, self.device, plan.provenance.jax_version)
                 if pool:
-                    compiling[ki] = pool.submit(compile_lowered, k.name, lowered, platform)
+                    compiling[ki] = pool.submit(compile_kernel, k.name, lowered, platform)
                 else:
-                    self._kernels[ki] = compile_lowered(k.name, lowered, platform)
+                    self._kernels[ki], paths[ki] = compile_kernel(k.name, lowered, platform)
             if compiling:
                 progress(f"compiling {len(compiling)} kernels, {jobs} at once")
                 for ki, done in compiling.items():
-                    self._kernels[ki] = done.result()
+                    self._kernels[ki], paths[ki] = done.result()
         finally:
             for threads in (loader, pool):
                 if threads:
                     threads.shutdown(cancel_futures=True)
 
+        # {kernel name: how it was loaded}: kernels.COMPILED (its StableHLO compiled as
+        # it is) or kernels.NATIVE (its embedded executable) on the fast paths, or a
+        # slower one (`kernels.paths_note` says which)
+        self.kernel_paths = {plan.kernels[ki].name: paths[ki] for ki in sorted(paths)}
         if len(self._device_feeds) != len(self._inputs):  # (verify() makes one kernel take the feeds)
             raise PlanError("no kernel of the plan takes its inputs")
         self._array_type = type(jax.device_put(np.zeros((), np.float32), self.device))

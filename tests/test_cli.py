@@ -33,6 +33,19 @@ def test_replay_random_inputs(mlp_plan, tmp_path):
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
 
 
+def test_replay_names_kernels_on_a_slower_path(mlp_plan, monkeypatch):
+    """The load line says "(stablehlo kernels)" when every kernel took the plan's own
+    path, and names those that fell back to jax.export's call lowering."""
+    from executor import kernels
+
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--steps", "1"])
+    assert r.exit_code == 0 and "(stablehlo kernels);" in r.output, r.output
+    monkeypatch.setattr(kernels, "_same_signature", lambda *a: False)
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--steps", "1"])
+    assert r.exit_code == 0, r.output
+    assert "(stablehlo kernels; 1 of 1 compiled via exported.call (a slower load" in r.output, r.output
+
+
 def test_replay_input_file_matches_session(examples, mlp_plan, tmp_path):
     x = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)

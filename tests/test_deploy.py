@@ -4,7 +4,6 @@ plans built for this host; signatures; the persistent compilation cache."""
 import dataclasses
 import logging
 import os
-import shutil
 import subprocess
 import sys
 
@@ -42,7 +41,7 @@ def test_plan_replays_alone_without_the_compiler(examples, tmp_path):
     graph, plan, sess = examples["transformer"]
     host = tmp_path / "host"
     host.mkdir()
-    path = _write(host, plan, "model.plan")
+    _write(host, plan, "model.plan")
     feeds = random_feeds(graph, 7)
     for k, v in feeds.items():
         np.save(host / f"{k}.npy", v)
@@ -152,11 +151,19 @@ def test_kernels_called_through_a_stand_in(which, native_plan, native_kernel_pla
     portable = executor.load(path)
     assert adopted.kernel_source == "native" and portable.kernel_source == "stablehlo" and lowered == []
     assert all(isinstance(k, jax.stages.Compiled) for s in (adopted, portable) for k in s._kernels.values())
+    names = sorted(k.name for k in plan.kernels)
+    assert sorted(adopted.kernel_paths) == names and set(adopted.kernel_paths.values()) == {kernels.NATIVE}
+    assert sorted(portable.kernel_paths) == names and set(portable.kernel_paths.values()) == {kernels.COMPILED}
+    assert kernels.paths_note(adopted.kernel_paths) == kernels.paths_note(portable.kernel_paths) == ""
     monkeypatch.setattr(kernels, "_same_signature", lambda *a: False)
     adopted_via_call = executor.load(path, trust_executables=True)
     assert len(lowered) == len(plan.kernels)
     via_call = executor.load(path)
     assert len(lowered) == 2 * len(plan.kernels)
+    n = len(plan.kernels)
+    assert set(adopted_via_call.kernel_paths.values()) == {kernels.NATIVE_VIA_CALL}
+    assert set(via_call.kernel_paths.values()) == {kernels.COMPILED_VIA_CALL}
+    assert kernels.paths_note(via_call.kernel_paths).startswith(f"; {n} of {n} compiled via exported.call (a slower")
     for sess in (adopted_via_call, adopted, portable):
         assert all(isinstance(k, jax.stages.Compiled) for k in sess._kernels.values())
         _same_outputs_in_place(via_call, sess, feeds)

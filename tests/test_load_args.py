@@ -85,6 +85,7 @@ def check(name, path, trust=False):
     extras = [a for _, extra, _, _ in s1._launches for a in extra]
     report[name] = dict(
         source=s1.kernel_source, kernels=sorted({type(k).__name__ for k in s1._kernels.values()}),
+        paths=sorted(set(s1.kernel_paths.values())),
         same=all(np.array_equal(want[k], got[k]) for k in want) and set(want) == set(got),
         outputs=sorted({i for o in out.values() for i in devices(o)}),
         arena=devices(s1._arena), in_place=s1.arena_pointer() == ptr,
@@ -171,7 +172,9 @@ def test_session_on_second_device(two_devices, name):
     if name.startswith("native"):
         assert r["source"] == "native", r
     if name == "native_direct":
-        assert r["kernels"] == ["NativeKernel"], r
+        assert r["kernels"] == ["NativeKernel"] and r["paths"] == ["native, called from Python"], r
+    else:  # the fast paths, on the second device too
+        assert r["paths"] == (["native"] if name == "native" else ["compiled"]), r
 
 
 def test_device_array_feed_on_another_device_is_refused(two_devices):
