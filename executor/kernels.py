@@ -151,11 +151,12 @@ def _is_unreadable(e):
 
 class Direct:
     """A kernel compiled from its exported module as it is, called through a stand-in's
-    lowering (`compile_lowered`): where `exp.call` is lowered instead, jax first
+    lowering (`compile_kernel`): where `exp.call` is lowered instead, jax first
     initializes the CPU's LAPACK kernels (about 130 ms and 20 MiB the first time in a
     process: it imports scipy.linalg) and lowers for 2 ms more a kernel. For plain
-    programs exported for one platform (the module's `main` then takes exactly the
-    kernel's arguments, and carries its donation as `tf.aliasing_output`). The compile
+    programs (the module's `main` then takes exactly the kernel's arguments, and
+    carries its donation as `tf.aliasing_output`; a program exported for several
+    platforms gets such a `main` that picks this one, `_for_platform`). The compile
     goes through jax's own step (its options, devices, persistent cache), given this
     module in place of the stand-in's."""
 
@@ -165,9 +166,10 @@ class Direct:
         self.lower_call = lower_call  # -> jit(exp.call) lowered: the way back
 
 
-def _module(exp):
-    """The exported program as an MLIR module (in a context of its own) -> module, or
-    None where this jax's internals differ; raises what deserializing raised."""
+def _module(exp, platform):
+    """The exported program for `platform` as an MLIR module (in a context of its own)
+    whose `main` takes exactly the kernel's arguments -> module, or None where this
+    jax's internals differ; raises what deserializing raised."""
     try:
         from jax._src.lib import _jax
         from jax._src.lib.mlir import ir
@@ -178,13 +180,63 @@ def _module(exp):
     except Exception:
         return None
     with ctx:
-        return read(bytes(exp.mlir_module_serialized))
+        module = read(bytes(exp.mlir_module_serialized))
+        if len(exp.platforms) == 1:
+            return module
+        try:
+            return _for_platform(module, exp.platforms.index(platform), ir)
+        except Exception:  # another layout than jax's below: exp.call's lowering knows it
+            return None
+
+
+_ALL_PLATFORMS = "aotplan_all_platforms"  # what _for_platform renames a multi-platform `main` to
+
+
+def _for_platform(module, index, ir):
+    """A module exported for several platforms (`--target both`): its `main` takes the
+    platform's index first (an i32 argument marked `jax.global_constant =
+    "_platform_index"`) and branches on it where the platforms' lowerings differ.
+    -> the module with that `main` renamed and private, and a new `main` that takes
+    the kernel's arguments (their attributes: the arena's donation) and calls it with
+    `index`, a constant, as jax's lowering of `exp.call` does; XLA then folds the
+    branches. None where `main` is not laid out so."""
+    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in module.body.operations
+             if op.operation.name == "func.func"}
+    main = funcs.get("main")
+    if main is None or _ALL_PLATFORMS in funcs:
+        return None
+    ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+    args = list(ftype.inputs)
+    if not args or str(args[0]) != "tensor<i32>" or "arg_attrs" not in main.attributes \
+            or '"_platform_index"' not in str(ir.ArrayAttr(main.attributes["arg_attrs"])[0]):
+        return None
+    i32 = ir.IntegerType.get_signless(32)
+    with ir.InsertionPoint(module.body), ir.Location.unknown():
+        wrapper = ir.Operation.create("func.func", regions=1, attributes={
+            "sym_name": ir.StringAttr.get("main"),
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get(args[1:], list(ftype.results))),
+            "arg_attrs": ir.ArrayAttr.get(list(ir.ArrayAttr(main.attributes["arg_attrs"]))[1:]),
+            **({"res_attrs": main.attributes["res_attrs"]} if "res_attrs" in main.attributes else {})})
+        body = wrapper.regions[0].blocks.append(*args[1:])
+        with ir.InsertionPoint(body):
+            index_type = ir.RankedTensorType.get([], i32)
+            const = ir.Operation.create("stablehlo.constant", results=[index_type], attributes={
+                "value": ir.DenseElementsAttr.get_splat(index_type, ir.IntegerAttr.get(i32, index))})
+            call = ir.Operation.create("func.call", results=list(ftype.results),
+                                       operands=[const.result, *body.arguments],
+                                       attributes={"callee": ir.FlatSymbolRefAttr.get(_ALL_PLATFORMS)})
+            ir.Operation.create("func.return", operands=list(call.results))
+    main.attributes["sym_name"] = ir.StringAttr.get(_ALL_PLATFORMS)
+    main.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    if not module.operation.verify():
+        return None
+    return module
 
 
 def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None):
     """-> the kernel lowered for `device` (default: the first device), ready for XLA
-    (`compile_lowered`; Python work, done one at a time): a `Direct` where the program
-    is plain and exported for this platform alone, else `jit(exp.call)` lowered.
+    (`compile_kernel`; Python work, done one at a time): a `Direct` where the program
+    is plain, else `jit(exp.call)` lowered.
     `plan_jax`: the jax version the plan was compiled with, named where this jax cannot
     read the kernel's StableHLO (MLIR prints its reason on stderr first: collecting
     MLIR's diagnostics needs a handler on an MLIR context, which crashed jax 0.11.2 on
@@ -202,9 +254,9 @@ def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None):
                 raise _unreadable(name, e, plan_jax) from None
             raise PlanError(f"kernel {name!r}: XLA could not compile it on this host: {e}") from None
 
-    if len(exp.platforms) == 1 and _plain(exp):
+    if _plain(exp):
         try:
-            module = _module(exp)
+            module = _module(exp, platform)
         except Exception as e:
             if _is_unreadable(e):
                 raise _unreadable(name, e, plan_jax) from None

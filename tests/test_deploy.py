@@ -189,6 +189,39 @@ def test_stand_in_only_for_plain_programs():
     assert not kernels._same_signature(compiled, other, True)  # one more result
 
 
+@pytest.mark.parametrize("platforms", [("cpu", "cuda"), ("cuda", "cpu")])
+def test_multi_platform_kernel_compiled_for_this_platform(platforms):
+    """A kernel exported for several platforms (`--target both`) is compiled from its
+    module too, with this platform's branch chosen (here the outputs differ by
+    platform), its donation kept (the arena updated in place), never through
+    `exp.call`."""
+    import jax
+    import jax.numpy as jnp
+
+    from executor import kernels
+
+    spec = jax.ShapeDtypeStruct((8,), np.float32)
+
+    def kernel(arena, x):
+        return arena + 1, jax.lax.platform_dependent(x, cpu=lambda v: v * 2, cuda=lambda v: v * 3)
+
+    exp = jax.export.export(jax.jit(kernel, donate_argnums=0), platforms=platforms)(spec, spec)
+    assert "stablehlo.case" in str(exp.mlir_module())
+    platform = jax.devices()[0].platform
+    if platform not in platforms:
+        pytest.skip(f"checks a {' or '.join(platforms)} host")
+    lowered = kernels.lower_kernel("k", exp, True, platform)
+    assert isinstance(lowered, kernels.Direct)
+    compiled, path = kernels.compile_kernel("k", lowered, platform)
+    assert path == kernels.COMPILED
+    arena, x = jnp.zeros(8, np.float32), jnp.arange(8, dtype=np.float32)
+    where = arena.unsafe_buffer_pointer()
+    out = compiled(arena, x)
+    assert arena.is_deleted() and out[0].unsafe_buffer_pointer() == where
+    np.testing.assert_array_equal(out[0], np.ones(8, np.float32))
+    np.testing.assert_array_equal(out[1], np.arange(8) * (2 if platform == "cpu" else 3))
+
+
 def test_load_imports_no_lapack(native_plan, tmp_path):
     """A fresh process loading a plan, from its native executables or its StableHLO,
     lowers no call of an exported program, so jax never imports scipy.linalg for LAPACK

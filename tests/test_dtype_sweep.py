@@ -295,7 +295,10 @@ def test_target_both_runs_here_and_cuda_only_is_refused_by_name():
     if jax.devices()[0].platform != "cpu":
         pytest.skip("checks a CPU host")
     g, x, want = _small_cnn()
-    close(compile_and_load(g, targets=("cpu", "cuda"), launch="fused")[1].run({"x": x})["y"], want, 1e-4)
+    sess = compile_and_load(g, targets=("cpu", "cuda"), launch="fused")[1]
+    close(sess.run({"x": x})["y"], want, 1e-4)
+    # each kernel's module compiled for this platform, as a one-platform kernel's is
+    assert set(sess.kernel_paths.values()) == {"compiled"}, sess.kernel_paths
     with pytest.raises(PlanError, match=r"kernel '.*' was exported for cuda; this host runs cpu"):
         compile_and_load(g, targets=("cuda",))
 
