@@ -668,7 +668,12 @@ class Session:
         return outs
 
     def _host_outputs(self, outs):
-        """Device outputs -> numpy arrays of the logical dtypes."""
+        """Device outputs -> numpy arrays of the logical dtypes. From a device whose
+        memory is not the host's, every output's copy to the host is started before
+        the first is waited on (as `jax.device_get` does), not one after another."""
+        if not self._host_memory and len(outs) > 1:
+            for o in outs:
+                o.copy_to_host_async()
         if self._outputs_as_stored:
             return dict(zip(self._output_names, map(np.asarray, outs)))
         return {n: dtypes.from_storage(o, t.dtype) for n, t, o in zip(self._output_names, self._outputs, outs)}

@@ -8,7 +8,7 @@ import pytest
 
 from aotplan.errors import FeedError
 from compiler import reference
-from conftest import random_feeds
+from conftest import compile_and_load, one_node_graph, random_feeds
 import executor
 from executor import tools
 
@@ -157,6 +157,26 @@ def test_weights_leave_host_memory_once_on_a_separate_device(kernel_examples, tm
     else:
         assert kept == ()  # a GPU's memory is not the host's: dropped (measured on an H200)
 
+
+def test_outputs_read_back_together_from_a_separate_device(monkeypatch):
+    """Where device memory is not host memory, a step's outputs are copied to the host
+    together (every copy started before the first is waited on); the values are the
+    same (here the CPU plays such a device)."""
+    from executor import session as session_mod
+
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    graph = one_node_graph("split", [("x", x)], n_out=2, axis=1)
+    monkeypatch.setattr(session_mod, "_host_is_device", lambda device: False)
+    started = []
+    array = type(jax.device_put(x))  # jax's concrete array type
+    real = array.copy_to_host_async
+    monkeypatch.setattr(array, "copy_to_host_async", lambda a: started.append(a.shape) or real(a))
+    sess = compile_and_load(graph)[1]
+    started.clear()  # (the warm-up step's)
+    got = sess.run({"x": x})
+    assert started == [(4, 3), (4, 3)]
+    np.testing.assert_array_equal(got["y0"], x[:, :3])
+    np.testing.assert_array_equal(got["y1"], x[:, 3:])
 
 
 def test_a_step_stopped_midway_leaves_a_usable_session(kernel_examples):
