@@ -243,8 +243,10 @@ def compile_all(models, tmp):
     from aotplan import codec
     from aotplan.fileio import atomic_write
     from compiler import pipeline
+    from executor import kernels
 
-    rule("1. compile (plans written to a temp dir; 'native' = sink plan with embedded native executables)")
+    rule("1. compile (plans written to a temp dir; 'native' = sink plan with embedded native executables; "
+         "'sink-both' = sink plan exported for cpu and cuda, --target both)")
     print(f"{'model':12s} {'mode':9s} {'compile s':>7s} {'launches':>8s} {'unique k':>8s} {'kernels':>7s} "
           f"{'step dev B':>11s} {'arena B':>9s} {'pool B':>10s} {'inline B':>9s} {'wkspace B':>9s} {'plan KiB':>9s} "
           f"{'max|d| vs jit':>13s}")
@@ -253,10 +255,11 @@ def compile_all(models, tmp):
         specs = graph_specs(m.graph)
         m.feeds = random_feeds(specs)
         ref = host_outputs(step(to_storage(m.feeds, specs)), info)
-        for mode in MODES + ("sink-pool", "native"):
-            opts = pipeline.Options(launch="sink" if mode in ("native", "sink-pool") else mode,
+        for mode in MODES + ("sink-pool", "native", "sink-both"):
+            opts = pipeline.Options(launch="sink" if mode in ("native", "sink-pool", "sink-both") else mode,
                                     embed_native=mode == "native",
-                                    **({"inline_bytes": 0} if mode == "sink-pool" else {}))
+                                    **({"inline_bytes": 0} if mode == "sink-pool" else {}),
+                                    **({"targets": ("cpu", "cuda")} if mode == "sink-both" else {}))
             jax.clear_caches()
             res = pipeline.compile_graph(m.graph, m.digest, opts)
             data = codec.encode(res.plan)
@@ -268,6 +271,8 @@ def compile_all(models, tmp):
             if trust and sess.kernel_source != "native":
                 print(f"  note: {m.name}: the native plan loaded from {sess.kernel_source} (no executables for this "
                       f"host?)")
+            if kernels.paths_note(sess.kernel_paths):  # a kernel loaded on a slower path than the plan's own
+                print(f"  note: {m.name} {mode}: {kernels.paths_note(sess.kernel_paths)[2:]}")
             out = sess.run(m.feeds)
             diff = max(float(np.max(np.abs(out[k].astype(np.float64) - ref[k].astype(np.float64))))
                        if out[k].size else 0.0 for k in ref)
@@ -437,6 +442,7 @@ def fresh_readiness(models, args):
     for m in models:
         jobs += [(m.name, "plan sink (native)", pre + f"b.child_replay({m.paths['native']!r}, True, t)"),
                  (m.name, "plan sink (stablehlo)", pre + f"b.child_replay({m.paths['sink']!r}, False, t)"),
+                 (m.name, "  same, --target both", pre + f"b.child_replay({m.paths['sink-both']!r}, False, t)"),
                  (m.name, "peer jit(args)", pre + f"b.child_peer({m.model_path!r}, True, t)"),
                  (m.name, "peer jit(const)", pre + f"b.child_peer({m.model_path!r}, False, t)")]
     res = {(n, k): [] for n, k, _ in jobs}
@@ -460,7 +466,7 @@ def fresh_readiness(models, args):
             continue
         med = [float(np.median([r[j] for r in rs])) for j in range(6)]
         ratio = after = target = verdict = ""
-        if k.startswith("plan"):
+        if k.startswith("plan") or k.startswith("  same"):
             peers = [(float(np.median([r[0] for r in res[(n, p)] if r])),
                       float(np.median([r[3] + r[4] for r in res[(n, p)] if r])))
                      for p in ("peer jit(args)", "peer jit(const)") if any(res[(n, p)])]
