@@ -50,7 +50,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from benchutil import timed  # noqa: E402
+from benchutil import entry_ops, fmt_ops, timed  # noqa: E402
 
 EXAMPLES = ("mlp", "cnn", "transformer")
 MODES = ("sink", "fused", "kernel")
@@ -289,6 +289,7 @@ def latency(models, args):
     import jax
 
     import executor
+    from compiler import reference
 
     rule(f"2. step latency, ms: median (min-max) over {args.rounds} interleaved rounds")
     print("   host = numpy in -> numpy out (feeds copied to the device, outputs read back: the same round trip for "
@@ -346,6 +347,11 @@ def latency(models, args):
               f"device {med[('jit(const)', 'device')] / med[('jit(args)', 'device')]:.2f} (closed-over weights vs "
               f"weights as arguments)")
         sess = executor.load(m.paths["sink"])
+        peer_fn, weights, _ = reference.make_function_of_weights(m.graph)
+        peer_ops = entry_ops(jax.jit(peer_fn).lower(weights, stor).compile().as_text() or "")
+        print(f"{'':12s} compiled step program, ops run (on a GPU about a kernel launch each): sink "
+              f"{fmt_ops(entry_ops(next(iter(sess._kernels.values())).as_text() or ''))}; jit(args) "
+              f"{fmt_ops(peer_ops)}")
         chk = [timed(lambda: sess.check_feeds(f), max(per_round, 20)) for f in (m.feeds, dev_feeds)]
         print(f"{'':12s} Session.check_feeds alone (part of every run): host feeds {np.median(chk[0]) * 1e6:.1f} us, "
               f"device feeds {np.median(chk[1]) * 1e6:.1f} us")

@@ -11,3 +11,31 @@ def timed(fn, steps):
         fn()
         ts.append(time.perf_counter() - t0)
     return ts
+
+
+_NOT_RUN = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
+
+
+def entry_ops(hlo_text):
+    """{op: count} of what a compiled XLA program's entry computation runs (its
+    parameters, constants, tuples and bitcasts aside): on a GPU, about one kernel
+    launch each (a fusion, a convolution or dot library call, a copy, an in-place
+    dynamic-update-slice)."""
+    import re
+
+    counts, inside = {}, False
+    for line in hlo_text.splitlines():
+        if line.startswith("ENTRY "):
+            inside = True
+        elif inside and line.startswith("}"):
+            break
+        elif inside:
+            m = re.search(r"= [^ ]+ ([a-z][a-z0-9-]*)\(", line)
+            if m and m.group(1) not in _NOT_RUN:
+                counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return counts
+
+
+def fmt_ops(counts):
+    """entry_ops' counts -> "N (fusion 5, convolution 3, ...)"."""
+    return f"{sum(counts.values())} (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")"
