@@ -525,9 +525,11 @@ def _load_session(plan_path, trust_key, require_signature, trust_executables, ca
         report = iso.probe(plan_path, codec.read_key(trust_key) if trust_key else None, require_signature,
                            trust_executables)
         click.echo(f"plan {plan_path}: checked in a child process: {report.line()}")
-    return executor.load(plan_path, trust_key=codec.read_key(trust_key) if trust_key else None,
-                         require_signature=require_signature, trust_executables=trust_executables,
-                         cache_dir=cache_dir, warmup=warmup)
+    session = executor.load(plan_path, trust_key=codec.read_key(trust_key) if trust_key else None,
+                            require_signature=require_signature, trust_executables=trust_executables,
+                            cache_dir=cache_dir, warmup=warmup)
+    session.wait_ready()  # every kernel on its final call path before the steps it times
+    return session
 
 
 def _feeds(session, inputs, random_inputs, seed):
@@ -605,8 +607,10 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     plan = session.plan
     from executor import kernels
 
+    adopted = (f", then {session.adopt_seconds * 1e3:.1f} ms giving them jax's call path"
+               if session.adopt_seconds is not None else "")
     click.echo(f"plan {plan_path}: loaded in {session.load_seconds * 1e3:.1f} ms ({session.kernel_source} kernels"
-               f"{kernels.paths_note(session.kernel_paths)}); "
+               f"{kernels.paths_note(session.kernel_paths)}{adopted}); "
                f"launch mode {plan.launch_mode}, {_n(len(plan.launches), 'launch')} per step; device memory "
                f"{_fmt_bytes(m.step_device_bytes)} (arena {_fmt_bytes(m.arena_bytes)}, pool "
                f"{_fmt_bytes(m.constant_pool_bytes)}, "

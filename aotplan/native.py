@@ -117,6 +117,7 @@ class NativeKernel:
 _adopting = threading.local()  # the executable to hand back, in the thread adopting it
 _patch_lock = threading.Lock()
 _patch_users = 0
+_patch = None  # the compile step `_handing_back` installed, while a thread uses it
 
 
 @functools.cache
@@ -150,7 +151,7 @@ def _handing_back(exe):
     """While active, jax's compile step in this thread returns `exe` instead of
     compiling (or, for a `CompileInstead`, compiles its module). Other threads compile
     as usual (the patch passes them through)."""
-    global _patch_users
+    global _patch_users, _patch
     from jax._src import compiler as jc
 
     with _patch_lock:
@@ -172,7 +173,7 @@ def _handing_back(exe):
                 return exe_
 
             compile_or_get_cached.original = original
-            jc.compile_or_get_cached = compile_or_get_cached
+            jc.compile_or_get_cached = _patch = compile_or_get_cached
         _patch_users += 1
     _adopting.exe, _adopting.used = exe, False
     try:
@@ -183,7 +184,10 @@ def _handing_back(exe):
         with _patch_lock:
             _patch_users -= 1
             if _patch_users == 0:
-                jc.compile_or_get_cached = jc.compile_or_get_cached.original
+                # (put back only our own patch: whatever replaced it meanwhile stays)
+                if jc.compile_or_get_cached is _patch:
+                    jc.compile_or_get_cached = _patch.original
+                _patch = None
         if not used:
             raise RuntimeError("jax did not reach its compile step")
 

@@ -115,6 +115,8 @@ def _child():
         plan, trusted = codec.read_checked(req["path"], key, req["require_signature"])
         session = executor.Session(plan, warmup=True, trusted=trusted or req["trust_executables"],
                                    progress=lambda what: say(_STAGE + what), jobs=1)  # a crash names its kernel
+        say(_STAGE + "giving the native kernels jax's call path")
+        session.wait_ready()
         report = dict(kernels=len(session._kernels), kernel_source=session.kernel_source,
                       launches=len(session.plan.launches), load_seconds=time.perf_counter() - t0,
                       trusted=bool(trusted), paths_note=kernels.paths_note(session.kernel_paths))

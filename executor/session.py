@@ -322,6 +322,7 @@ class Session:
         self.kernel_source = self._kernel_source(trusted)
         self._kernels = {}
         paths = {}  # kernel index -> how it got its call path (kernels.COMPILED, ...)
+        to_adopt = []  # [(kernel index, native executable, exported program, donate)]
         # native executables deserialize in a worker thread (XLA releases the GIL) while
         # this one reads and lowers each kernel's exported program
         loader = concurrent.futures.ThreadPoolExecutor(1) if self.kernel_source == "native" else None
@@ -348,16 +349,16 @@ class Session:
                     self._device_feeds = list(zip((t.name for t in self._inputs), exp.in_avals[-len(self._inputs):]))
                 if ki in loading:
                     try:
-                        # jax's own call path where this jax allows it, else a direct call
-                        compiled, paths[ki] = adopt(loading[ki], exp, donate, self.device)
-                        if compiled is None:
-                            compiled = native.NativeKernel(loading[ki].result(), self.device,
-                                                           len(returns) > 1 or role == "output")
-                            paths[ki] = kernels.NATIVE_FROM_PYTHON
-                        self._kernels[ki] = compiled
-                        continue
+                        exe = loading[ki].result()
                     except Exception as e:
                         raise PlanError(f"kernel {k.name!r}: its native executable does not load here: {e}") from None
+                    # called from Python at first: no lowering, so the first output comes
+                    # sooner; jax's own call path replaces it once a background thread
+                    # has lowered its stand-in (`_adopt`)
+                    self._kernels[ki] = native.NativeKernel(exe, self.device, len(returns) > 1 or role == "output")
+                    paths[ki] = kernels.NATIVE_FROM_PYTHON
+                    to_adopt.append((ki, exe, exp, donate))
+                    continue
                 lowered = lower_kernel(k.name, exp, donate, platform, self.device, plan.provenance.jax_version)
                 if pool:
                     compiling[ki] = pool.submit(compile_kernel, k.name, lowered, platform)
@@ -388,22 +389,17 @@ class Session:
         put = lambda a: jax.device_put(a, self.device)  # noqa: E731
         progress("placing the constants")
         self._pool = {i: put(host_const(i)) for i, t in enumerate(T) if t.storage == "pool"}
-        self._launches = []
+        self._to_adopt = self._adopting = None  # (`_start_adopting`; set once loaded)
+        self.adopt_seconds = None  # how long the background adoption took (`_adopt`), once done
+        self._extras = []  # each launch's arguments after the arena: pool constants, offsets
         for l in plan.launches:
             pool, offs = plan.kernel_args(l)
             extra = tuple(self._pool[i] for i in pool)
             if offs:
                 extra += (put(np.array([T[i].offset // formats.WORD_BYTES for i in offs], np.int32)),)
-            k = plan.kernels[l.kernel]
-            self._launches.append((self._kernels[l.kernel], extra, k.feeds, k.returns))
-        self._in_kernel = self._kernels[plan.input_kernel] if plan.input_kernel >= 0 else None
-        self._out_kernel = self._kernels[plan.output_kernel] if plan.output_kernel >= 0 else None
-        # a sink (one launch that takes the feeds and returns the outputs): _step calls it
-        # alone, without the launch loop (a few microseconds of a small model's step)
-        one = self._launches[0] if len(self._launches) == 1 else None
-        self._sink = one[:2] if one and one[2] and one[3] and not (self._in_kernel or self._out_kernel) else None
+            self._extras.append(extra)
+        self._bind()
         self._words = words
-        self._place = self._kernels[plan.place_kernel] if plan.place_kernel >= 0 else None
         # the arena constants' host bytes (views of the plan's), to place them again if a
         # step loses the arena (`_fresh_arena`); dropped below with the plan's constants
         self._arena_consts = [host_const(i) for i in arena_consts]
@@ -422,6 +418,71 @@ class Session:
             jax.block_until_ready(self.run(zeros))
         self._arena.block_until_ready()
         self.load_seconds = time.perf_counter() - t0
+        # native kernels get jax's call path in a background thread started after the
+        # first step (or by wait_ready), so that a step right after load runs alone
+        self._to_adopt = to_adopt or None
+
+    def _bind(self):
+        """Point the launches, the sink and the input, output and place kernels at
+        `_kernels` (at load, and again under the lock when `_adopt` replaces some)."""
+        plan = self.plan
+        self._launches = [(self._kernels[l.kernel], extra, plan.kernels[l.kernel].feeds,
+                           plan.kernels[l.kernel].returns) for l, extra in zip(plan.launches, self._extras)]
+        self._in_kernel = self._kernels[plan.input_kernel] if plan.input_kernel >= 0 else None
+        self._out_kernel = self._kernels[plan.output_kernel] if plan.output_kernel >= 0 else None
+        # a sink (one launch that takes the feeds and returns the outputs): _step calls it
+        # alone, without the launch loop (a few microseconds of a small model's step)
+        one = self._launches[0] if len(self._launches) == 1 else None
+        self._sink = one[:2] if one and one[2] and one[3] and not (self._in_kernel or self._out_kernel) else None
+        self._place = self._kernels[plan.place_kernel] if plan.place_kernel >= 0 else None
+
+    def _start_adopting(self):
+        with self._lock:
+            todo, self._to_adopt = self._to_adopt, None
+            if todo:
+                self._adopting = threading.Thread(target=self._adopt, args=(todo,), name="aotplan-adopt")
+                self._adopting.start()
+
+    def _adopt(self, todo):
+        """In a background thread, started after the first step: gives each native
+        executable jax's own call path (`kernels.adopt`: a stand-in's lowering, a few ms
+        a kernel and, the first time in a process, 20-30 ms of jax's set-up), then swaps
+        them in under the session's lock. Until then the kernels are called from Python
+        (`native.NativeKernel`: the same executables, tens of us more a step). A kernel
+        jax cannot adopt stays so (`kernel_paths` says it)."""
+        # the first step's caller takes its outputs first: this thread holds Python's GIL
+        # while it lowers, and a thread asking for it may wait 5 ms (the switch interval)
+        time.sleep(0.002)
+        t0 = time.perf_counter()
+        adopted = {}
+        for ki, exe, exp, donate in todo:
+            try:
+                compiled, path = adopt(exe, exp, donate, self.device)
+            except Exception:
+                compiled = None
+            if compiled is not None:
+                adopted[ki] = compiled, path
+        with self._lock:
+            for ki, (compiled, path) in adopted.items():
+                self._kernels[ki] = compiled
+                self.kernel_paths[self.plan.kernels[ki].name] = path
+            self._bind()
+            self.adopt_seconds = time.perf_counter() - t0
+
+    def wait_ready(self, timeout=None):
+        """Wait until every kernel has its final call path -> whether it has (False
+        only when `timeout`, in seconds, ran out). A native plan's kernels are first
+        called from Python, which needs no lowering, so that a first output comes 20-30
+        ms sooner in a fresh process; after the first step a background thread gives
+        them jax's own call path (`_adopt`), a few us a step faster. Steps in between
+        are correct, only slower, and may wait for that thread (Python's GIL) for a few
+        ms; a host that wants every step at full speed calls this after load."""
+        if self._to_adopt is not None:
+            self._start_adopting()
+        if self._adopting is not None:
+            self._adopting.join(timeout)
+            return not self._adopting.is_alive()
+        return True
 
     def _fresh_arena(self):
         """A new arena as load leaves it: zeros, the arena constants placed. Every
@@ -624,9 +685,10 @@ class Session:
                 self._arena, *outs = sink[0](self._arena, *sink[1], *args)
             else:
                 outs = self._step(args)
-        if device_outputs:
-            return dict(zip(self._output_names, outs))
-        return self._host_outputs(outs)
+        outs = dict(zip(self._output_names, outs)) if device_outputs else self._host_outputs(outs)
+        if self._to_adopt is not None:  # the first step is done: native kernels get jax's call path
+            self._start_adopting()
+        return outs
 
     def _check_process(self, what):
         """ForkError where this process is a fork of the one that loaded the session.
@@ -682,6 +744,7 @@ class Session:
         """Launch-by-launch replay for tools (profile, dump, check): like `run`, with
         `after` as in `_step`; -> outputs as `run` returns them."""
         self._check_process("Session.run_launches")
+        self.wait_ready()  # (tools time and compare launches on their final call path)
         args = self.check_feeds(feeds)
         with self._lock:
             outs = self._step(args, after)

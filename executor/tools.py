@@ -69,6 +69,7 @@ def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
     pointer, the count of live jax arrays is constant, RSS grows by less than
     `rss_slack`, and where the device reports memory_stats(), bytes in use stay flat
     and the peak stays within the plan's stated memory plus inputs and outputs."""
+    session.wait_ready()  # (a native plan's kernels are swapped once, after its first step)
     for _ in range(warm):
         jax.block_until_ready(session.run(feeds))
     stats0 = _mem_stats(session.device)

@@ -14,6 +14,19 @@ EXAMPLES = os.path.join(ROOT, "plans", "examples")
 EXAMPLE_NAMES = ("mlp", "cnn", "transformer")
 
 
+@pytest.fixture(autouse=True)
+def _no_adoption_left_running():
+    """A test that steps a native plan without `wait_ready` leaves its session's
+    background adoption running (`Session._adopt`, a few ms): wait for it, so that it
+    never overlaps the next test (which may patch what it uses)."""
+    yield
+    import threading
+
+    for t in threading.enumerate():
+        if t.name == "aotplan-adopt":
+            t.join(60)
+
+
 def one_node_graph(op, inputs, consts=(), n_out=1, **attrs):
     """inputs: [(name, array)] graph inputs; consts: [(name, array)] constants."""
     from aotplan import dtypes
