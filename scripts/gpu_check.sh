@@ -8,8 +8,8 @@
 # 2. compile the example models (mlp, cnn, transformer) in each launch mode (sink,
 #    fused, kernel; plus a sink plan with embedded native executables) and replay each
 #    with `aotplan replay PLAN --random-inputs --steps 20 --check-alloc`
-# 3. python -m pytest -q tests/test_models.py tests/test_inplace.py (if pytest is there; at
-#    float32 precision: JAX_DEFAULT_MATMUL_PRECISION=highest, see below)
+# 3. python -m pytest -q on the model, in-place, deploy, serving, load-args and feeds tests
+#    (if pytest is there; at float32 precision: JAX_DEFAULT_MATMUL_PRECISION=highest, see below)
 # 4. python scripts/bench_replay.py ARGS (default settings when no ARGS)
 #
 # Every step's output goes to stdout and to log files in ${OUT:-/tmp/gpu_check}:
@@ -147,8 +147,12 @@ if "$PY" -c "import pytest" > /dev/null 2>&1; then
     # evaluation then differ by ~1e-3 (measured on an H200: up to 1.3e-3 absolute on the
     # transformer). The tests run at full float32 precision; plans compiled without it
     # keep JAX's default (TF32), as jax.jit does.
-    run 3_pytest.log "pytest tests/test_models.py tests/test_inplace.py (JAX_DEFAULT_MATMUL_PRECISION=highest)" \
-        env JAX_DEFAULT_MATMUL_PRECISION=highest "$PY" -m pytest -q tests/test_models.py tests/test_inplace.py
+    # models and in-place steps; then the executor's loading paths on this device (the
+    # direct compile of StableHLO, --target both, native kernels adopted after the first
+    # step, device arrays, threads), whose CPU-host-only cases skip themselves
+    run 3_pytest.log "pytest models, in-place, deploy, serving, load args, feeds (JAX_DEFAULT_MATMUL_PRECISION=highest)" \
+        env JAX_DEFAULT_MATMUL_PRECISION=highest "$PY" -m pytest -q -rs tests/test_models.py tests/test_inplace.py \
+        tests/test_deploy.py tests/test_serving.py tests/test_load_args.py tests/test_feeds.py
 else
     echo "pytest is not installed: tests skipped" | tee -a "$SUMMARY" "$LOG"
 fi
