@@ -474,9 +474,11 @@ class Session:
         only when `timeout`, in seconds, ran out). A native plan's kernels are first
         called from Python, which needs no lowering, so that a first output comes 20-30
         ms sooner in a fresh process; after the first step a background thread gives
-        them jax's own call path (`_adopt`), a few us a step faster. Steps in between
-        are correct, only slower, and may wait for that thread (Python's GIL) for a few
-        ms; a host that wants every step at full speed calls this after load."""
+        them jax's own call path (`_adopt`: on this CPU's example MLP a step with numpy
+        feeds then takes 17 us instead of 62, with device arrays 15 instead of 19).
+        Steps in between are correct, only slower, and may wait for that thread
+        (Python's GIL) for a few ms; a host that wants every step at full speed from
+        the first calls this after load."""
         if self._to_adopt is not None:
             self._start_adopting()
         if self._adopting is not None:
