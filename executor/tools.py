@@ -148,6 +148,7 @@ def soak(session, feeds_list, steps, warm=20, samples=20, rss_slack=8 << 20, on_
     bit for bit, the first outputs for the same feeds; the count of live jax arrays
     must stay flat and RSS must not grow by more than `rss_slack` after warm-up.
     `on_sample(step, report-so-far-line)` is called at `samples` evenly spaced steps."""
+    session.wait_ready()  # (live arrays are counted on the kernels' final call path)
     expected = []
     for feeds in feeds_list:
         expected.append(session.run(feeds))
@@ -207,6 +208,7 @@ class Profile:
 
 def profile(session, feeds, steps=20):
     """Median step time, and per-launch medians with a sync after every launch."""
+    session.wait_ready()  # (timed on the kernels' final call path)
     step = []
     for _ in range(steps):
         t0 = time.perf_counter()
