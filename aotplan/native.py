@@ -23,7 +23,9 @@ executable instead, as a persistent-cache hit does. The result
 is a `jax.stages.Compiled`, called through jax's C++ dispatch: numpy arguments are
 transferred in C++ and a call costs a few microseconds. `NativeKernel`, which calls
 `execute_sharded` from Python (about 20 us per host argument for `jax.device_put`,
-and more per call), is the fallback where this jax's internals differ.
+and more per call), needs no lowering: a session calls its native kernels so until
+the first step is done (`Session._adopt` then adopts them in a background thread),
+and for good where this jax's internals differ.
 """
 
 import concurrent.futures

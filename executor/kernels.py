@@ -21,13 +21,16 @@ from aotplan import dtypes, native, xla_options
 from aotplan.errors import PlanError
 
 # How a kernel got its call path (`Session.kernel_paths`). The first two are the fast
-# ones; the others are taken where a program is not plain, or this jax's internals
-# differ, and cost a slower load (`exp.call`'s lowering: on CPU, scipy.linalg's import).
+# ones; NATIVE_PENDING is a native kernel's until the session has given it jax's call
+# path (in a background thread after the first step: `Session.wait_ready`); the others
+# are taken where a program is not plain, or this jax's internals differ, and cost a
+# slower load (`exp.call`'s lowering: on CPU, scipy.linalg's import) or slower steps.
 COMPILED = "compiled"  # its StableHLO compiled as it is, called through a stand-in
 NATIVE = "native"  # its native executable, called through a stand-in
+NATIVE_PENDING = "native, called from Python until the first step's adoption"  # native.NativeKernel
 COMPILED_VIA_CALL = "compiled via exported.call"
 NATIVE_VIA_CALL = "native via exported.call"
-NATIVE_FROM_PYTHON = "native, called from Python"  # native.NativeKernel
+NATIVE_FROM_PYTHON = "native, called from Python"  # native.NativeKernel, for good
 FAST_PATHS = (COMPILED, NATIVE)
 
 
@@ -37,12 +40,12 @@ def paths_note(paths):
     which slower path."""
     slow = {}
     for path in paths.values():
-        if path not in FAST_PATHS:
+        if path not in FAST_PATHS and path != NATIVE_PENDING:
             slow[path] = slow.get(path, 0) + 1
     if not slow:
         return ""
     return ("; " + ", ".join(f"{n} of {len(paths)} {path}" for path, n in sorted(slow.items()))
-            + " (a slower load: a program that is not plain, or this jax's internals differ)")
+            + " (a slower path: a program that is not plain, or this jax's internals differ)")
 
 
 def load_kernel(k):

@@ -273,6 +273,7 @@ class Session:
                             f"executor.load(path) loads a plan file")
         progress = progress or (lambda what: None)
         self._lock = threading.Lock()
+        self._adopting_here = threading.Lock()  # (wait_ready, where no thread can adopt)
         progress("verifying the plan")
         verify.verify(plan)
         self.plan = plan
@@ -356,7 +357,7 @@ class Session:
                     # sooner; jax's own call path replaces it once a background thread
                     # has lowered its stand-in (`_adopt`)
                     self._kernels[ki] = native.NativeKernel(exe, self.device, len(returns) > 1 or role == "output")
-                    paths[ki] = kernels.NATIVE_FROM_PYTHON
+                    paths[ki] = kernels.NATIVE_PENDING
                     to_adopt.append((ki, exe, exp, donate))
                     continue
                 lowered = lower_kernel(k.name, exp, donate, platform, self.device, plan.provenance.jax_version)
@@ -389,7 +390,7 @@ class Session:
         put = lambda a: jax.device_put(a, self.device)  # noqa: E731
         progress("placing the constants")
         self._pool = {i: put(host_const(i)) for i, t in enumerate(T) if t.storage == "pool"}
-        self._to_adopt = self._adopting = None  # (`_start_adopting`; set once loaded)
+        self._to_adopt = self._adopting = self._adopt_here = None  # (`_start_adopting`; set once loaded)
         self.adopt_seconds = None  # how long the background adoption took (`_adopt`), once done
         self._extras = []  # each launch's arguments after the arena: pool constants, offsets
         for l in plan.launches:
@@ -398,7 +399,7 @@ class Session:
             if offs:
                 extra += (put(np.array([T[i].offset // formats.WORD_BYTES for i in offs], np.int32)),)
             self._extras.append(extra)
-        self._bind()
+        self._bind(self._kernels)
         self._words = words
         # the arena constants' host bytes (views of the plan's), to place them again if a
         # step loses the arena (`_fresh_arena`); dropped below with the plan's constants
@@ -422,51 +423,70 @@ class Session:
         # first step (or by wait_ready), so that a step right after load runs alone
         self._to_adopt = to_adopt or None
 
-    def _bind(self):
+    def _bind(self, kernels_):
         """Point the launches, the sink and the input, output and place kernels at
-        `_kernels` (at load, and again under the lock when `_adopt` replaces some)."""
+        `kernels_` (at load, and again under the lock when `_adopt` replaces some); the
+        session's state changes only once every part is built."""
         plan = self.plan
-        self._launches = [(self._kernels[l.kernel], extra, plan.kernels[l.kernel].feeds,
-                           plan.kernels[l.kernel].returns) for l, extra in zip(plan.launches, self._extras)]
-        self._in_kernel = self._kernels[plan.input_kernel] if plan.input_kernel >= 0 else None
-        self._out_kernel = self._kernels[plan.output_kernel] if plan.output_kernel >= 0 else None
+        launches = [(kernels_[l.kernel], extra, plan.kernels[l.kernel].feeds, plan.kernels[l.kernel].returns)
+                    for l, extra in zip(plan.launches, self._extras)]
+        in_kernel = kernels_[plan.input_kernel] if plan.input_kernel >= 0 else None
+        out_kernel = kernels_[plan.output_kernel] if plan.output_kernel >= 0 else None
         # a sink (one launch that takes the feeds and returns the outputs): _step calls it
         # alone, without the launch loop (a few microseconds of a small model's step)
-        one = self._launches[0] if len(self._launches) == 1 else None
-        self._sink = one[:2] if one and one[2] and one[3] and not (self._in_kernel or self._out_kernel) else None
-        self._place = self._kernels[plan.place_kernel] if plan.place_kernel >= 0 else None
+        one = launches[0] if len(launches) == 1 else None
+        sink = one[:2] if one and one[2] and one[3] and not (in_kernel or out_kernel) else None
+        place = kernels_[plan.place_kernel] if plan.place_kernel >= 0 else None
+        self._kernels, self._launches, self._in_kernel, self._out_kernel = kernels_, launches, in_kernel, out_kernel
+        self._sink, self._place = sink, place
 
     def _start_adopting(self):
-        with self._lock:
+        """Start `_adopt` in a background thread, once; where no thread can start
+        (Python refuses new threads at interpreter shutdown), `wait_ready` adopts in
+        the caller's thread instead. Never raises: the step that called it is done."""
+        with self._lock:  # (wait_ready reads _adopting under it: never a thread not yet started)
             todo, self._to_adopt = self._to_adopt, None
-            if todo:
-                self._adopting = threading.Thread(target=self._adopt, args=(todo,), name="aotplan-adopt")
-                self._adopting.start()
+            if not todo:
+                return
+            thread = threading.Thread(target=self._adopt, args=(todo,), name="aotplan-adopt")
+            try:
+                thread.start()
+            except RuntimeError:
+                self._adopt_here = todo
+                return
+            self._adopting = thread
 
-    def _adopt(self, todo):
-        """In a background thread, started after the first step: gives each native
-        executable jax's own call path (`kernels.adopt`: a stand-in's lowering, a few ms
-        a kernel and, the first time in a process, 20-30 ms of jax's set-up), then swaps
-        them in under the session's lock. Until then the kernels are called from Python
-        (`native.NativeKernel`: the same executables, tens of us more a step). A kernel
-        jax cannot adopt stays so (`kernel_paths` says it)."""
-        # the first step's caller takes its outputs first: this thread holds Python's GIL
-        # while it lowers, and a thread asking for it may wait 5 ms (the switch interval)
-        time.sleep(0.002)
+    def _adopt(self, todo, pause=0.002):
+        """Gives each native executable jax's own call path (`kernels.adopt`: a
+        stand-in's lowering, a few ms a kernel and, the first time in a process, 20-30
+        ms of jax's set-up), then swaps them in under the session's lock. Run in a
+        background thread started after the first step; until then the kernels are
+        called from Python (`native.NativeKernel`: the same executables). A kernel jax
+        cannot adopt stays so, said once in the log and in `kernel_paths`. `pause`: the
+        first step's caller takes its outputs first (this thread holds Python's GIL
+        while it lowers, and a thread asking for it may wait 5 ms, the switch interval)."""
+        time.sleep(pause)
         t0 = time.perf_counter()
-        adopted = {}
+        adopted, paths = {}, {}
         for ki, exe, exp, donate in todo:
+            name = self.plan.kernels[ki].name
             try:
                 compiled, path = adopt(exe, exp, donate, self.device)
-            except Exception:
-                compiled = None
-            if compiled is not None:
-                adopted[ki] = compiled, path
+                if compiled is None:
+                    raise RuntimeError("this jax's internals differ from those aotplan knows")
+                adopted[ki], paths[name] = compiled, path
+            except Exception as e:
+                paths[name] = kernels.NATIVE_FROM_PYTHON
+                log.warning("aotplan: kernel %r: its native executable stays called from Python (slower steps): "
+                            "jax's call path could not be given to it (%s: %s)", name, type(e).__name__, e)
         with self._lock:
-            for ki, (compiled, path) in adopted.items():
-                self._kernels[ki] = compiled
-                self.kernel_paths[self.plan.kernels[ki].name] = path
-            self._bind()
+            try:
+                self._bind({**self._kernels, **adopted})
+            except Exception as e:  # (the session keeps its kernels as they were: all called from Python)
+                log.warning("aotplan: the native kernels stay called from Python (slower steps): %s: %s",
+                            type(e).__name__, e)
+                paths = {self.plan.kernels[ki].name: kernels.NATIVE_FROM_PYTHON for ki, *_ in todo}
+            self.kernel_paths.update(paths)
             self.adopt_seconds = time.perf_counter() - t0
 
     def wait_ready(self, timeout=None):
@@ -474,16 +494,23 @@ class Session:
         only when `timeout`, in seconds, ran out). A native plan's kernels are first
         called from Python, which needs no lowering, so that a first output comes 20-30
         ms sooner in a fresh process; after the first step a background thread gives
-        them jax's own call path (`_adopt`: on this CPU's example MLP a step with numpy
-        feeds then takes 17 us instead of 62, with device arrays 15 instead of 19).
+        them jax's own call path (`_adopt`: on this CPU's example MLP, with
+        `set_cpu_dispatch("sync")` as for serving, a step with numpy feeds then takes
+        17 us instead of 62, with device arrays 15 instead of 19; under JAX's default
+        async CPU dispatch every jax call pays a thread hand-off, as jax.jit's do).
         Steps in between are correct, only slower, and may wait for that thread
         (Python's GIL) for a few ms; a host that wants every step at full speed from
         the first calls this after load."""
         if self._to_adopt is not None:
             self._start_adopting()
-        if self._adopting is not None:
-            self._adopting.join(timeout)
-            return not self._adopting.is_alive()
+        with self._lock:
+            thread, here, self._adopt_here = self._adopting, self._adopt_here, None
+        with self._adopting_here:  # no thread could start: adopt in this one (others wait for it)
+            if here:
+                self._adopt(here, pause=0)
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
         return True
 
     def _fresh_arena(self):

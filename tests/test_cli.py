@@ -43,7 +43,7 @@ def test_replay_names_kernels_on_a_slower_path(mlp_plan, monkeypatch):
     monkeypatch.setattr(kernels, "_same_signature", lambda *a: False)
     r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--steps", "1"])
     assert r.exit_code == 0, r.output
-    assert "(stablehlo kernels; 1 of 1 compiled via exported.call (a slower load" in r.output, r.output
+    assert "(stablehlo kernels; 1 of 1 compiled via exported.call (a slower path" in r.output, r.output
 
 
 def test_replay_input_file_matches_session(examples, mlp_plan, tmp_path):

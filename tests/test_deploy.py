@@ -134,7 +134,8 @@ def test_native_kernels_called_from_python_until_adopted(which, native_plan, nat
     feeds = random_feeds(graph, 3)
     sess = executor.load(path, trust_executables=True)
     assert sess._adopting is None and sess.adopt_seconds is None  # nothing runs beside the first step
-    assert set(sess.kernel_paths.values()) == {kernels.NATIVE_FROM_PYTHON}
+    assert set(sess.kernel_paths.values()) == {kernels.NATIVE_PENDING}
+    assert kernels.paths_note(sess.kernel_paths) == ""  # (not a slower path: a passing state)
     assert all(isinstance(k, native.NativeKernel) for k in sess._kernels.values())
     where = sess.arena_pointer()
     first = sess.run(feeds)
@@ -179,9 +180,9 @@ def test_steps_from_threads_while_native_kernels_are_adopted(native_kernel_plan,
     assert set(sess.kernel_paths.values()) == {"native"}
 
 
-def test_native_kernel_jax_cannot_adopt_stays_called_from_python(native_plan, tmp_path, monkeypatch):
+def test_native_kernel_jax_cannot_adopt_stays_called_from_python(native_plan, tmp_path, monkeypatch, caplog):
     """Where the background adoption fails, the kernel keeps its direct call (same
-    numbers), and `kernel_paths` (and so `replay`'s load line) says so."""
+    numbers), and the log (once) and `kernel_paths` (so `replay`'s load line) say so."""
     from executor import kernels
     from executor import session as session_mod
 
@@ -195,12 +196,58 @@ def test_native_kernel_jax_cannot_adopt_stays_called_from_python(native_plan, tm
 
     monkeypatch.setattr(session_mod, "adopt", fail)
     sess = executor.load(path, trust_executables=True)
-    assert sess.wait_ready(timeout=120)
+    with caplog.at_level(logging.WARNING, logger="aotplan"):
+        assert sess.wait_ready(timeout=120)
+    assert caplog.text.count("stays called from Python (slower steps)") == 1, caplog.text
     assert set(sess.kernel_paths.values()) == {kernels.NATIVE_FROM_PYTHON}
     assert "1 of 1 native, called from Python" in kernels.paths_note(sess.kernel_paths)
     got = sess.run(feeds)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_wait_ready_from_threads_and_without_threads(native_plan, tmp_path, monkeypatch):
+    """wait_ready called from several threads at once, right after the first step,
+    returns True in each, only once every kernel is adopted; where no thread can start
+    (Python refuses them at interpreter shutdown) the step still returns its outputs
+    and wait_ready adopts in the caller's thread."""
+    import threading
+
+    from executor import kernels
+
+    graph, plan = native_plan
+    path = _write(tmp_path, plan)
+    feeds = random_feeds(graph, 5)
+    for _ in range(15):
+        sess = executor.load(path, trust_executables=True, warmup=False)
+        got = []
+
+        def wait():
+            try:
+                ready = sess.wait_ready(timeout=120)
+                got.append((ready, set(sess.kernel_paths.values())))
+            except Exception as e:
+                got.append(e)
+
+        threads = [threading.Thread(target=wait) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert got == [(True, {kernels.NATIVE})] * 3, got
+    want = sess.run(feeds)
+
+    def refuse(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    sess = executor.load(path, trust_executables=True)
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    first = sess.run(feeds)  # the step is done: no error from the thread that could not start
+    assert sess._adopting is None and set(sess.kernel_paths.values()) == {kernels.NATIVE_PENDING}
+    assert sess.wait_ready() and set(sess.kernel_paths.values()) == {kernels.NATIVE}
+    for k in want:
+        np.testing.assert_array_equal(first[k], want[k])
+        np.testing.assert_array_equal(sess.run(feeds)[k], want[k])
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +298,8 @@ def test_kernels_called_through_a_stand_in(which, native_plan, native_kernel_pla
     n = len(plan.kernels)
     assert set(adopted_via_call.kernel_paths.values()) == {kernels.NATIVE_VIA_CALL}
     assert set(via_call.kernel_paths.values()) == {kernels.COMPILED_VIA_CALL}
-    assert kernels.paths_note(via_call.kernel_paths).startswith(f"; {n} of {n} compiled via exported.call (a slower")
+    note = kernels.paths_note(via_call.kernel_paths)
+    assert note.startswith(f"; {n} of {n} compiled via exported.call (a slower path"), note
     for sess in (adopted_via_call, adopted, portable):
         assert all(isinstance(k, jax.stages.Compiled) for k in sess._kernels.values())
         _same_outputs_in_place(via_call, sess, feeds)

@@ -33,6 +33,9 @@ def test_soak_reports_a_mismatch(examples):
         def __init__(self):
             self.n = 0
 
+        def wait_ready(self):
+            return sess.wait_ready()
+
         def run(self, f):
             self.n += 1
             out = sess.run(f)
