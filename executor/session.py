@@ -242,7 +242,9 @@ class Session:
     CPU, with aotplan's XLA options, the first step is now only a few ms slower than
     the next (squeezenet 12 vs 5 ms, ResNet-50 about the same: `scripts/bench_replay.py`,
     "no warm-up" rows), so `warmup=False` is the faster way to a first output.
-    `trusted`: the plan's native executables may be used (where the host matches).
+    `trusted`: the plan's native executables may be used (where the host matches);
+    they are called from Python until the first step is done, then through jax's own
+    dispatch once a background thread has adopted them (`wait_ready`).
     `progress`: called with a short text before each stage of loading (each kernel,
     the constants, the warm-up step); `aotplan verify` uses it to name the kernel that
     crashed a child process.
