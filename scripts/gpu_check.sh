@@ -130,7 +130,8 @@ for model in mlp cnn transformer; do
         fi
         # the replay line names kernels that took a slower path than the plan's own
         # (executor.kernels.paths_note): on this device, a direct compile or adoption failed
-        slow="$(tail -n "+$((n0 + 1))" "$OUT_DIR/2_compile_replay.log" | grep -o "[0-9]* of [0-9]* [a-z]* via exported.call\|[0-9]* of [0-9]* native, called from Python" || true)"
+        slow="$(tail -n "+$((n0 + 1))" "$OUT_DIR/2_compile_replay.log" \
+            | grep -o "[0-9]* of [0-9]* [a-z]* via exported.call\|[0-9]* of [0-9]* native, called from Python" || true)"
         if [ -n "$slow" ]; then
             echo "note: $model $mode: kernels on a slower path: $(echo $slow)" | tee -a "$SUMMARY" "$LOG"
         fi
@@ -150,7 +151,7 @@ if "$PY" -c "import pytest" > /dev/null 2>&1; then
     # models and in-place steps; then the executor's loading paths on this device (the
     # direct compile of StableHLO, --target both, native kernels adopted after the first
     # step, device arrays, threads), whose CPU-host-only cases skip themselves
-    run 3_pytest.log "pytest models, in-place, deploy, serving, load args, feeds (JAX_DEFAULT_MATMUL_PRECISION=highest)" \
+    run 3_pytest.log "pytest models, in-place, deploy, serving, load args, feeds (at highest precision)" \
         env JAX_DEFAULT_MATMUL_PRECISION=highest "$PY" -m pytest -q -rs tests/test_models.py tests/test_inplace.py \
         tests/test_deploy.py tests/test_serving.py tests/test_load_args.py tests/test_feeds.py
 else
