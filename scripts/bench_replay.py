@@ -36,6 +36,7 @@ light architectures, see tests/onnx_light.py):
 
 import argparse
 import json
+import logging
 import os
 import random
 import subprocess
@@ -368,12 +369,16 @@ def load_native_py(path):
     from aotplan import native
 
     adopt, native.adopt = native.adopt, lambda *a: None
+    log = logging.getLogger("aotplan")
+    level = log.level
+    log.setLevel(logging.ERROR)  # (its warning that they stay so is this runner's point)
     try:
         sess = executor.load(path, trust_executables=True)
         sess.wait_ready()  # (the background adoption, with the patch, leaves them so)
         return sess
     finally:
         native.adopt = adopt
+        log.setLevel(level)
 
 
 def ready_plan(path, native, feeds, warmup=True):
