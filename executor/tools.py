@@ -43,6 +43,10 @@ class AllocReport:
     ok: bool
     problems: tuple
     device_peak_before: int = -1  # the same before the steps: loading may have set it (XLA's GPU autotuning)
+    # stated_bytes with each device buffer (the arena, each pool constant, the workspace,
+    # each input and output) rounded up to ALLOCATOR_ROUNDING, as XLA's GPU allocator
+    # (a BFC allocator) hands them out; inline constants counted as they are
+    allocator_bytes: int = -1
 
     def lines(self):
         yield (f"allocation check over {self.steps} steps: arena pointer "
@@ -51,6 +55,9 @@ class AllocReport:
         if self.device_bytes_in_use:
             yield (f"  device bytes in use {self.device_bytes_in_use[0]}..{self.device_bytes_in_use[1]}, peak "
                    f"{self.device_peak_bytes} B; stated (plan memory + inputs + outputs) {self.stated_bytes} B")
+            if self.allocator_bytes >= 0:
+                yield (f"  stated with each buffer rounded up to {ALLOCATOR_ROUNDING} B, as XLA's GPU allocator does: "
+                       f"{self.allocator_bytes} B")
             if self.stated_bytes < self.device_peak_before == self.device_peak_bytes:
                 # the steps did not raise it (a raise is judged, and reported, in `problems`)
                 yield (f"  the peak is the process's, already {self.device_peak_before} B before the steps (set "
@@ -62,6 +69,21 @@ class AllocReport:
             yield f"  FAIL: {p}"
         if self.ok:
             yield "  ok: nothing is allocated per step beyond the staged inputs and the returned outputs"
+
+
+ALLOCATOR_ROUNDING = 256  # XLA's BFC allocator: the smallest unit it hands out (kMinAllocationSize)
+
+
+def _allocator_bytes(session):
+    """The stated bytes with each device buffer rounded up to ALLOCATOR_ROUNDING."""
+    def up(n):
+        return -(-n // ALLOCATOR_ROUNDING) * ALLOCATOR_ROUNDING
+
+    m, T = session.memory, session.plan.tensors
+    pool = [T[i].nbytes for i, t in enumerate(T) if t.storage == "pool"]
+    io = [t.nbytes for t in session._inputs + session._outputs]
+    return (up(m.arena_bytes) + sum(map(up, pool)) + m.inline_constant_bytes + up(m.max_workspace_bytes)
+            + sum(map(up, io)))
 
 
 def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
@@ -105,7 +127,7 @@ def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
                         f"above the bytes in use before them, more than the stated {stated} B")
     return AllocReport(steps, len(ptrs), (min(live), max(live)), rss,
                        (min(in_use), max(in_use)) if in_use else (), peak, stated, not problems, tuple(problems),
-                       peak0)
+                       peak0, _allocator_bytes(session) if in_use else -1)
 
 
 def _mem_stats(device):
