@@ -31,6 +31,18 @@ from executor.kernels import adopt, check_signature, compile_kernel, load_kernel
 
 log = logging.getLogger("aotplan")
 
+# jax's transfer guards (`jax.transfer_guard`): a step checks them itself, so that a
+# numpy feed (or numpy outputs from a GPU) is refused the same way on every call path,
+# with one FeedError, before anything runs. The session's own transfers (the constants,
+# the arena, the warm-up step) are its loading's business and run under "allow".
+try:
+    from jax._src import config as _jax_config
+
+    _H2D, _D2H = _jax_config.transfer_guard_host_to_device, _jax_config.transfer_guard_device_to_host
+except (ImportError, AttributeError):  # a jax without them: its own errors stand
+    _H2D = _D2H = None
+_REFUSING = ("disallow", "disallow_explicit")
+
 
 # ------------------------------------------------------------ fork
 # JAX's runtime does not survive fork(): its threads are not copied, so a forked child
@@ -264,6 +276,10 @@ class Session:
     `constants` are dropped once placed, so the host does not keep the weights too."""
 
     def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None, jobs=None):
+        with jax.transfer_guard("allow"):  # (the load's own transfers)
+            self._load(plan, device, warmup, trusted, progress, jobs)
+
+    def _load(self, plan, device, warmup, trusted, progress, jobs):
         t0 = time.perf_counter()
         _check_not_forked("Session")
         self._pid, self._forks = os.getpid(), _forks
@@ -521,13 +537,14 @@ class Session:
         signal handler's, another thread's async exception: Python raises it as the
         call returns, dropping its result) loses the arena; the next step starts
         from a fresh one (a step reads nothing a previous step left, but constants)."""
-        arena = self._zero_arena(self._words)
-        if self._place is not None:
-            if self._arena_consts is None:
-                raise PlanError("this session lost its arena (a step was interrupted while a kernel held it) and "
-                                "the arena constants are no longer on the host (they were dropped once on the "
-                                "device): load the plan again")
-            arena = self._place(arena, *(jax.device_put(c, self.device) for c in self._arena_consts))
+        if self._place is not None and self._arena_consts is None:
+            raise PlanError("this session lost its arena (a step was interrupted while a kernel held it) and "
+                            "the arena constants are no longer on the host (they were dropped once on the "
+                            "device): load the plan again")
+        with jax.transfer_guard("allow"):  # (the session's own transfers, as at load)
+            arena = self._zero_arena(self._words)
+            if self._place is not None:
+                arena = self._place(arena, *(jax.device_put(c, self.device) for c in self._arena_consts))
         return arena
 
     def _zero_arena(self, words):
@@ -705,6 +722,8 @@ class Session:
         if _forks != self._forks:
             self._check_process("Session.run")
         args, host = self._args(feeds)
+        if _H2D is not None:
+            self._check_guard(args, host, device_outputs)
         if host and device_outputs and self._host_memory:
             # On CPU, XLA may read a numpy feed in place, after this call returns (async
             # dispatch): the caller could refill the buffer before the step has read it.
@@ -720,6 +739,19 @@ class Session:
         if self._to_adopt is not None:  # the first step is done: native kernels get jax's call path
             self._start_adopting()
         return outs
+
+    def _check_guard(self, args, host, device_outputs):
+        """FeedError where jax's transfer guard refuses the step's transfers, as it would
+        refuse jax.jit's: numpy feeds, or numpy outputs from a device whose memory is not
+        the host's."""
+        if host and _H2D.value in _REFUSING:
+            name = next(t.name for t, a in zip(self._inputs, args) if isinstance(a, np.ndarray))
+            raise FeedError(f"input {name!r}: a numpy array, and jax's transfer guard ({_H2D.value}) refuses "
+                            f"host-to-device transfers: pass device arrays (jax.device_put(array, "
+                            f"session.device)), as jax.jit would need")
+        if not device_outputs and not self._host_memory and _D2H.value in _REFUSING:
+            raise FeedError(f"numpy outputs from {self.device}, and jax's transfer guard ({_D2H.value}) refuses "
+                            f"device-to-host transfers: pass device_outputs=True")
 
     def _check_process(self, what):
         """ForkError where this process is a fork of the one that loaded the session.
@@ -776,7 +808,9 @@ class Session:
         `after` as in `_step`; -> outputs as `run` returns them."""
         self._check_process("Session.run_launches")
         self.wait_ready()  # (tools time and compare launches on their final call path)
-        args = self.check_feeds(feeds)
+        args, host = self._args(feeds)
+        if _H2D is not None:
+            self._check_guard(args, host, False)
         with self._lock:
             outs = self._step(args, after)
         return self._host_outputs(outs)

@@ -152,6 +152,40 @@ def test_native_kernels_called_from_python_until_adopted(which, native_plan, nat
     assert executor.load(path).wait_ready(timeout=0)  # nothing to adopt: ready at once
 
 
+@pytest.mark.parametrize("trusted", [True, False], ids=["native", "stablehlo"])
+def test_transfer_guard_refuses_numpy_feeds_alike_on_every_call_path(trusted, native_plan, tmp_path, monkeypatch):
+    """Under jax's transfer guard a step treats numpy feeds as jax.jit treats numpy
+    arguments: refused, with one FeedError naming the input, before anything runs, on
+    the first step (native kernels called from Python, which place feeds with an
+    explicit device_put) as on the later ones (jax's call path). Loading, whose
+    transfers are its own, works under the guard; device arrays pass."""
+    import jax
+
+    from aotplan.errors import FeedError
+
+    graph, plan = native_plan
+    path = _write(tmp_path, plan)
+    feeds = random_feeds(graph, 5)
+    want = executor.load(path).run(feeds)
+    with jax.transfer_guard("disallow"):
+        sess = executor.load(path, trust_executables=trusted)
+        dev = {k: jax.device_put(v, sess.device) for k, v in feeds.items()}
+        for _ in range(2):  # (native: before and after the adoption)
+            with pytest.raises(FeedError, match=r"input 'image': a numpy array, and jax's transfer guard \(disallow"):
+                sess.run(feeds)
+            got = sess.run(dev, device_outputs=True)
+            np.testing.assert_array_equal(np.asarray(got["fc"]), want["fc"])
+            assert sess.wait_ready(timeout=120)
+        # numpy outputs from a device whose memory is not the host's (a GPU's; on a CPU
+        # jax lets np.asarray read them in place under the guard)
+        monkeypatch.setattr(sess, "_host_memory", False)
+        with pytest.raises(FeedError, match="refuses device-to-host transfers: pass device_outputs=True"):
+            sess.run(dev)
+    np.testing.assert_array_equal(sess.run(dev)["fc"], want["fc"])
+    with jax.transfer_guard("disallow_explicit"):
+        assert executor.load(path, trust_executables=trusted).wait_ready(timeout=120)
+
+
 def test_steps_from_threads_while_native_kernels_are_adopted(native_kernel_plan, tmp_path):
     """Steps from several threads while the background thread swaps the kernels in:
     each caller gets its own feeds' outputs, as a session compiled from StableHLO
