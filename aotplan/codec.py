@@ -376,37 +376,14 @@ def split(data, trust_key=None, require_signature=False):
     """`read_header`'s checks -> (header, payload, data section, trusted), the last two
     read-only memoryviews of `data` (the data section is empty before format 5)."""
     data = memoryview(data).toreadonly()
-    if len(data) < _PREFIX.size or data[:len(MAGIC)] != MAGIC:
-        raise PlanError("not an aotplan plan (bad magic bytes)")
-    _, version, hlen = _PREFIX.unpack_from(data)
-    if version > MAX_SUPPORTED_VERSION:
-        raise PlanError(f"plan format {version} is newer than this executor "
-                        f"(supports {MIN_SUPPORTED_VERSION}-{MAX_SUPPORTED_VERSION}); upgrade aotplan")
-    if version < MIN_SUPPORTED_VERSION:
-        raise PlanError(f"plan format {version} is older than this executor supports "
-                        f"({MIN_SUPPORTED_VERSION}-{MAX_SUPPORTED_VERSION}); recompile the model")
-    if hlen > MAX_HEADER_BYTES or _PREFIX.size + hlen > len(data):
-        raise PlanError("plan is truncated or corrupt: bad header length")
-    try:
-        header = msgpack.unpackb(data[_PREFIX.size:_PREFIX.size + hlen], raw=False, strict_map_key=True,
-                                 max_str_len=256, max_bin_len=1024, max_array_len=64, max_map_len=64)
-    except Exception as e:
-        raise PlanError(f"plan is corrupt: header is not valid msgpack ({e})") from None
-    _check(header, dict, "header")
-    _fields(header, HEADER_FIELDS_5 if version >= 5 else HEADER_FIELDS, "header")
-    _get(header, "launch_mode", str, "header")
-    size = _get(header, "payload_size", int, "header")
+    version, hlen, header, size = _head(data)
     digest = _get(header, "payload_sha256", bytes, "header")
     sig = _get(header, "signature", (bytes, type(None)), "header")
     start = _PREFIX.size + hlen
     if version >= 5:
-        data_size = _get(header, "data_size", int, "header")
-        if size < 0 or data_size < 0:
-            raise PlanError("plan is corrupt: negative section size in the header")
-        at = data_start(hlen, size)
-        if len(data) != at + data_size:
-            raise PlanError(f"plan is truncated or corrupt: {len(data)} bytes, the header says "
-                            f"{at + data_size}")
+        at, stated = data_start(hlen, size), _stated_size(version, hlen, header, size)
+        if len(data) != stated:
+            raise PlanError(f"plan is truncated or corrupt: {len(data)} bytes, the header says {stated}")
         payload, section = data[start:start + size], data[at:]
         if any(data[start + size:at]):
             raise PlanError("plan is corrupt: the padding before the data section is not zero")
@@ -429,6 +406,42 @@ def split(data, trust_key=None, require_signature=False):
         raise PlanError("plan is signed, but no trusted key is configured to check it (--trust-key or "
                         "AOTPLAN_TRUST_KEY)")
     return header, payload, section, trusted
+
+
+def _head(data):
+    """The prefix and header of a plan's bytes (at least its first _PREFIX.size +
+    MAX_HEADER_BYTES, where it has them), checked -> (version, header length, header,
+    payload size)."""
+    if len(data) < _PREFIX.size or data[:len(MAGIC)] != MAGIC:
+        raise PlanError("not an aotplan plan (bad magic bytes)")
+    _, version, hlen = _PREFIX.unpack_from(data)
+    if version > MAX_SUPPORTED_VERSION:
+        raise PlanError(f"plan format {version} is newer than this executor "
+                        f"(supports {MIN_SUPPORTED_VERSION}-{MAX_SUPPORTED_VERSION}); upgrade aotplan")
+    if version < MIN_SUPPORTED_VERSION:
+        raise PlanError(f"plan format {version} is older than this executor supports "
+                        f"({MIN_SUPPORTED_VERSION}-{MAX_SUPPORTED_VERSION}); recompile the model")
+    if hlen > MAX_HEADER_BYTES or _PREFIX.size + hlen > len(data):
+        raise PlanError("plan is truncated or corrupt: bad header length")
+    try:
+        header = msgpack.unpackb(data[_PREFIX.size:_PREFIX.size + hlen], raw=False, strict_map_key=True,
+                                 max_str_len=256, max_bin_len=1024, max_array_len=64, max_map_len=64)
+    except Exception as e:
+        raise PlanError(f"plan is corrupt: header is not valid msgpack ({e})") from None
+    _check(header, dict, "header")
+    _fields(header, HEADER_FIELDS_5 if version >= 5 else HEADER_FIELDS, "header")
+    _get(header, "launch_mode", str, "header")
+    size = _get(header, "payload_size", int, "header")
+    if size < 0 or (version >= 5 and _get(header, "data_size", int, "header") < 0):
+        raise PlanError("plan is corrupt: negative section size in the header")
+    return version, hlen, header, size
+
+
+def _stated_size(version, hlen, header, size):
+    """The file's size, as its header states it."""
+    if version >= 5:
+        return data_start(hlen, size) + header["data_size"]
+    return _PREFIX.size + hlen + size
 
 
 def decode(data, trust_key=None, require_signature=False):
@@ -495,30 +508,45 @@ def read_bytes(path):
     """A plan file's bytes, as a read-only memoryview whose first byte is DATA_ALIGN-
     aligned in memory, so the data section's constants are aligned there too (XLA's CPU
     client then uses their bytes in place instead of copying them). `path`: a str or
-    os.PathLike (bytes in memory: `decode`)."""
+    os.PathLike (bytes in memory: `decode`). The header is read and checked first: a
+    file that is not a plan, or whose size is not the one its header states, is refused
+    before the rest is read (a pipe or device is read up to that size)."""
     _check_path(path, "plan file")
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):  # a pipe (`<(cat x.plan)`), a device: its size is not known
-                data = f.read()
-                buf = np.empty(len(data) + DATA_ALIGN, np.uint8)
-                at = -buf.ctypes.data % DATA_ALIGN
-                buf[at:at + len(data)] = np.frombuffer(data, np.uint8)
-                return memoryview(buf[at:at + len(data)]).toreadonly()
-            size = st.st_size
-            buf = np.empty(size + DATA_ALIGN, np.uint8)
+            head = _read_into(f, bytearray(_PREFIX.size + MAX_HEADER_BYTES))
+            try:
+                stated = _stated_size(*_head(memoryview(head)))
+            except PlanError as e:
+                if len(head) == _PREFIX.size + MAX_HEADER_BYTES or head[:len(MAGIC)] != MAGIC:
+                    raise named(path, e) from None
+                stated = len(head)  # a short file: `split` says what is wrong with it
+            regular = stat.S_ISREG(st.st_mode)
+            if regular and st.st_size != stated:
+                raise named(path, PlanError(f"plan is truncated or corrupt: {st.st_size} bytes, the header says "
+                                            f"{stated}"))
+            buf = np.empty(max(stated, len(head)) + DATA_ALIGN, np.uint8)
             at = -buf.ctypes.data % DATA_ALIGN
-            view = memoryview(buf[at:at + size])
-            got = f.readinto(view)
-            while got < size:  # short reads (pipes, network filesystems)
-                n = f.readinto(view[got:])
-                if not n:
-                    break
-                got += n
+            view = memoryview(buf[at:at + max(stated, len(head))])
+            view[:len(head)] = head
+            got = len(head) + len(_read_into(f, view[len(head):]))
+            if not regular and got == stated and f.read(1):  # (a pipe or device: its size was not known)
+                raise named(path, PlanError(f"plan is corrupt: more bytes than the {stated} its header states"))
             return view[:got].toreadonly()
     except (OSError, ValueError) as e:  # ValueError: a NUL in the path
         raise PlanError(f"cannot read plan {path!r}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _read_into(f, view):
+    """Fill `view` from `f` (short reads: pipes, network filesystems) -> the filled part."""
+    view, got = memoryview(view), 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return view[:got]
 
 
 def named(path, e):

@@ -180,3 +180,54 @@ def test_file_read_once_aligned_and_weights_used_in_place(kernel_examples, tmp_p
         view = np.frombuffer(data[i], np.uint8)
         assert view.ctypes.data % codec.DATA_ALIGN == 0
         assert a.unsafe_buffer_pointer() == view.ctypes.data, sess.plan.tensors[i].name
+
+
+def test_file_size_checked_against_the_header_before_it_is_read(data, tmp_path):
+    """A plan file is refused from its header when its size is not the stated one (a
+    huge or sparse file, a device such as /dev/zero), without reading the rest into
+    memory; a pipe is read up to the stated size, and a byte more is an error."""
+    import os
+    import threading
+    import tracemalloc
+
+    big = tmp_path / "big.plan"
+    with open(big, "wb") as f:
+        f.write(data[:5000])
+        f.truncate(64 << 20)  # sparse: no disk, 64 MiB to read
+    tracemalloc.start()
+    try:
+        with pytest.raises(PlanError, match=rf"big.plan: plan is truncated or corrupt: {64 << 20} bytes, "
+                                            rf"the header says {len(data)}"):
+            codec.read_bytes(big)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak  # (reading it whole took 64 MiB)
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(PlanError, match="bad magic bytes"):
+            codec.read_bytes("/dev/zero")
+
+    def through_pipe(payload):
+        r, w = os.pipe()
+
+        def feed():
+            with os.fdopen(w, "wb") as f:
+                try:
+                    f.write(payload)
+                except BrokenPipeError:
+                    pass
+
+        t = threading.Thread(target=feed)
+        t.start()
+        try:
+            return bytes(codec.read_bytes(f"/proc/self/fd/{r}"))
+        finally:
+            os.close(r)
+            t.join()
+
+    if os.path.exists("/proc/self/fd"):
+        assert through_pipe(data) == data
+        with pytest.raises(PlanError, match=f"more bytes than the {len(data)} its header states"):
+            through_pipe(data + b"x")
+        with pytest.raises(PlanError, match=f"{len(data) - 1} bytes, the header says {len(data)}"):
+            codec.decode(through_pipe(data[:-1]))
