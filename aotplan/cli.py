@@ -690,8 +690,10 @@ def _tolerance(param, value):
 @click.option("--atol", type=float, default=None, callback=lambda c, p, v: _tolerance(p, v),
               help="Absolute tolerance (default by dtype: float32 1e-5, "
                                                        "float16 1e-2, bfloat16 2e-2; integers exact).")
+@_trust_options
 @_handle_errors
-def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol):
+def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, trust_key, require_signature,
+          trust_executables, cache_dir):
     """Replay PLAN launch by launch beside a direct evaluation of MODEL; name the first
     launch whose output differs beyond tolerance. Exits 1 if any does.
 
@@ -701,13 +703,16 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol):
     planner, weights placement and clean-up passes (other options at their defaults) is
     checked launch by launch; where that one agrees and PLAN does not, the difference
     lies in PLAN itself. MODEL must be the model PLAN was compiled from (its digest is
-    checked). Needs the compiler (a build host, not an inference host).
+    checked). Needs the compiler (a build host, not an inference host). A trusted plan
+    (--trust-key, --trust-executables) is checked on its embedded native executables,
+    as it would run.
     """
     import executor
     from aotplan import codec
     from compiler import check as chk, pipeline, reference
 
-    plan = codec.read(plan_path)
+    key = codec.read_key(trust_key) if trust_key else codec.env_key()
+    plan, trusted = codec.read_checked(plan_path, key, require_signature)
     graph, digest = _load_model(model, input_shapes)
     if frozen:
         from aotplan import model_json
@@ -719,7 +724,16 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol):
         raise AotplanError(_not_compiled_from(plan, plan_path, graph, model, digest, frozen))
     opts = pipeline.Options(planner=plan.planner, weights=plan.weights, launch="kernel",
                             disabled=frozenset(set(pipeline.CLEANUP_PASSES) - set(plan.passes)))
-    session = executor.Session(plan)
+    cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
+    if cache_dir:
+        from executor.session import enable_cache
+
+        enable_cache(cache_dir)
+    session = executor.Session(plan, trusted=trusted or trust_executables)
+    session.wait_ready()  # (native executables: compared on their final call path)
+    from executor import kernels
+
+    click.echo(f"{plan_path}: {session.kernel_source} kernels{kernels.paths_note(session.kernel_paths)}")
     feeds = _feeds(session, inputs, True, seed)
     session.check_feeds(feeds)  # wrong arrays: one error naming the input, before the direct evaluation
     want = reference.evaluate(graph, feeds, opts)
@@ -748,6 +762,13 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol):
                    f"{_n(len(plan.launches), 'launch')}): "
                    + (_first_difference(diffs, n) if diffs else "all agree with the direct evaluation"))
     plan_bad = out_bad or bool(cdiffs) or own is not None
+    if out_bad and session.kernel_source == "native":  # the executables, or what they were built from?
+        portable = executor.Session(plan, trusted=False).run(feeds)
+        agree = all(chk.compare(portable[name], want[name], *chk.tolerance(dtype, rtol, atol))[0]
+                    for name, dtype, _ in session.output_specs)
+        click.echo(f"{plan_path}'s portable kernels (its StableHLO, compiled here) "
+                   + ("agree with the direct evaluation: its native executables differ from them" if agree else
+                      "differ too"))
     if plan.launch_mode != "kernel":
         click.echo(f"{plan_path} is a {plan.launch_mode} plan; checking a kernel-mode plan of {model} "
                    f"launch by launch")

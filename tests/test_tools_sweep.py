@@ -109,6 +109,34 @@ def test_check_names_the_kernel_of_a_wrong_inline_constant(tmp_path):
     assert f"the difference lies in {bad} itself, in its sink kernel (with 6 inline constants)" in r.output, r.output
 
 
+def test_check_runs_a_trusted_plans_native_executables(tmp_path):
+    """`check` takes the trust options its warning names, and checks a trusted plan as it
+    runs: on its native executables. Native code that disagrees with the plan's own
+    portable kernels (here: the executables of a model with another fc2.b) is named."""
+    from compiler import pipeline
+
+    graph, digest = model_json.load(MLP)
+    opts = pipeline.Options(embed_native=True)
+    good = pipeline.compile_graph(graph, digest, opts).plan
+    consts = tuple(dataclasses.replace(c, data=c.data + 1) if c.name == "fc2.b" else c for c in graph.constants)
+    other = pipeline.compile_graph(dataclasses.replace(graph, constants=consts), digest, opts).plan
+    bad = dataclasses.replace(good, kernels=tuple(dataclasses.replace(k, native=o.native)
+                                                  for k, o in zip(good.kernels, other.kernels)))
+    path = _write(bad, tmp_path / "bad.plan")
+    r = _invoke("check", path, MLP)  # untrusted: its portable kernels, which are right
+    assert r.exit_code == 0 and f"{path}: stablehlo kernels" in r.output, r.output
+    r = _invoke("check", path, MLP, "--trust-executables")
+    assert r.exit_code == 1 and f"{path}: native kernels" in r.output and "output probs: DIFFERS" in r.output, r.output
+    assert (f"{path}'s portable kernels (its StableHLO, compiled here) agree with the direct evaluation: its native "
+            f"executables differ from them") in r.output, r.output
+    key = tmp_path / "key"
+    key.write_bytes(b"k" * 32)
+    with open(tmp_path / "signed.plan", "wb") as f:
+        f.write(codec.encode(good, sign_key=b"k" * 32))
+    r = _invoke("check", tmp_path / "signed.plan", MLP, "--trust-key", key)
+    assert r.exit_code == 0 and "signed.plan: native kernels" in r.output, r.output
+
+
 _BROKEN = r"""
 import sys
 import jax.numpy as jnp
