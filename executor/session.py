@@ -177,6 +177,7 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
                              or jobs < 1):
         raise PlanError(f"executor.load: jobs must be None or a positive int, got {type(jobs).__name__} "
                         f"{_short(jobs)}")
+    _check_progress(progress, "executor.load")
     device = resolve_device(device)
     trust_key = _trust_key(trust_key)
     cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
@@ -185,6 +186,12 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     plan, trusted = codec.read_checked(path, trust_key, require_signature)
     return Session(plan, device=device, warmup=warmup, trusted=trusted or trust_executables, progress=progress,
                    jobs=None if jobs is None else int(jobs))
+
+
+def _check_progress(progress, who):
+    if progress is not None and not callable(progress):
+        raise PlanError(f"{who}: progress must be None or a function of one str, got {type(progress).__name__} "
+                        f"{_short(progress)}")
 
 
 def enable_cache(cache_dir):
@@ -289,6 +296,7 @@ class Session:
         if not isinstance(plan, Plan):
             raise PlanError(f"Session takes a decoded plan (aotplan.plan.Plan), got {type(plan).__name__}: "
                             f"executor.load(path) loads a plan file")
+        _check_progress(progress, "Session")
         progress = progress or (lambda what: None)
         self._lock = threading.Lock()
         self._adopting_here = threading.Lock()  # (wait_ready, where no thread can adopt)
@@ -721,6 +729,9 @@ class Session:
         other. Safe to call from several threads: steps are serialized."""
         if _forks != self._forks:
             self._check_process("Session.run")
+        if device_outputs is not False and device_outputs is not True and type(device_outputs) is not np.bool_:
+            raise FeedError(f"device_outputs must be True or False, got {type(device_outputs).__name__} "
+                            f"{_short(device_outputs)}")
         args, host = self._args(feeds)
         if _H2D is not None:
             self._check_guard(args, host, device_outputs)

@@ -271,6 +271,23 @@ def test_flags_must_be_booleans(plan_files, flag):
         executor.load(str(plan_files["sink"]), **{flag: "no"})
 
 
+def test_progress_must_be_callable_and_device_outputs_a_boolean(plan_files, examples):
+    from aotplan.errors import FeedError
+
+    missing = str(plan_files["sink"]) + ".missing"  # checked before the file is read
+    with pytest.raises(PlanError, match=r"^executor.load: progress must be None or a function of one str, got int 5$"):
+        executor.load(missing, progress=5)
+    graph, plan, sess = examples["mlp"]
+    with pytest.raises(PlanError, match=r"^Session: progress must be None or a function of one str, got str 'x'$"):
+        executor.Session(plan, progress="x")
+    feeds = {n: np.zeros(s, d) for n, d, s in sess.input_specs}
+    # device_outputs="no" is truthy: it would have left on the device the outputs the caller asked back
+    for bad in ("no", 1, None):
+        with pytest.raises(FeedError, match=rf"^device_outputs must be True or False, got {type(bad).__name__}"):
+            sess.run(feeds, device_outputs=bad)
+    assert isinstance(sess.run(feeds, device_outputs=np.bool_(False))[sess.output_specs[0][0]], np.ndarray)
+
+
 @pytest.mark.skipif(not ON_CPU, reason="the plans are compiled for this host's GPU: a CPU device refuses them")
 def test_device_by_platform_name(plan_files, examples):
     cpu = jax.devices("cpu")[0]
