@@ -24,11 +24,21 @@ try:  # Ctrl-C while the imports run (numpy, click): one line, as later, not a t
     import numpy as np
 
     from aotplan import __version__
-    from aotplan import debug as dbg
+    from aotplan import debug as dbg, fileio
     from aotplan.errors import AotplanError, FeedError, PlanError
 except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
     sys.exit(130)
+
+
+class _Path(click.Path):
+    """click.Path that refuses an empty value: `--output ""` wrote nothing, `--dump ""`
+    dumped nothing and `--trust-key ""` fell back to AOTPLAN_TRUST_KEY, all silently."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value:
+            self.fail("an empty path", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def _handle_errors(fn):
@@ -112,7 +122,7 @@ def _refuse_unwritable(path, what, folder=False):
     try:  # what access() cannot tell (root's pseudo file systems, such as /proc): a file made and removed
         fd, probe = tempfile.mkstemp(prefix=".aotplan-probe-", dir=d)
     except OSError as e:
-        raise AotplanError(f"cannot write {what}: cannot create a file in {d!r} ({e.strerror})") from None
+        raise AotplanError(f"cannot write {what}: cannot create a file in {d!r} ({fileio.why(e)})") from None
     os.close(fd)
     os.unlink(probe)
 
@@ -157,8 +167,8 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
 
 
 @main.command("compile")
-@click.argument("model", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
+@click.argument("model", type=_Path(dir_okay=False))
+@click.option("-o", "--output", type=_Path(dir_okay=False),
               help="Plan file to write (default: <name>.plan in the current directory, <name> being the model's "
                    "name as the plan records it: model.json's \"name\" field).")
 @click.option("--planner", default=None,
@@ -194,7 +204,7 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
 @click.option("--target", type=click.Choice(["host", "cpu", "cuda", "both"]), default="host", show_default=True,
               help="Platforms the plan's portable kernels are exported for: this host's, cpu, cuda (NVIDIA "
                    "GPUs; exported without a GPU here), or both. Workspace bytes are measured on this host.")
-@click.option("--sign-key", type=click.Path(dir_okay=False), metavar="FILE",
+@click.option("--sign-key", type=_Path(dir_okay=False), metavar="FILE",
               help="Sign the plan with HMAC-SHA256 using the key in FILE (at least 16 bytes).")
 @click.option("--no-inplace", is_flag=True,
               help="Never let a launch's output take the bytes of an input that dies in it (default: it may; "
@@ -284,7 +294,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     try:
         atomic_write(output, data)
     except OSError as e:
-        raise AotplanError(f"cannot write plan {output!r}: {e.strerror}") from None
+        raise AotplanError(f"cannot write plan {output!r}: {fileio.why(e)}") from None
     m = plan.memory
     click.echo(f"compiled {model} -> {output} ({_fmt_bytes(len(data))})")
     written = {j for l in plan.launches for j in l.writes}
@@ -327,8 +337,8 @@ def import_group():
 
 
 @import_group.command("onnx")
-@click.argument("model", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="model.json to write.")
+@click.argument("model", type=_Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=_Path(dir_okay=False), help="model.json to write.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=_INPUT_SHAPE_HELP)
 @_handle_errors
 def import_onnx(model, output, input_shapes):
@@ -351,7 +361,7 @@ def import_onnx(model, output, input_shapes):
     try:
         wrote = model_json.save(graph, output, weights_file=weights)
     except OSError as e:  # (the weights file or the model.json)
-        raise AotplanError(f"cannot write {e.filename or output!r}: {e.strerror}") from None
+        raise AotplanError(f"cannot write {e.filename or output!r}: {fileio.why(e)}") from None
     click.echo(f"imported {model} -> {output} ({_n(len(graph.nodes), 'node')}, "
                f"{_n(len(graph.constants), 'constant')}; "
                + (f"weights in {weights})" if wrote else "all inline in the model.json, no weights file)"))
@@ -499,14 +509,14 @@ def _preview(a, n=6):
 
 def _trust_options(fn):
     for opt in reversed([
-        click.option("--trust-key", type=click.Path(dir_okay=False), metavar="FILE",
+        click.option("--trust-key", type=_Path(dir_okay=False), metavar="FILE",
                      help="Check the plan's signature with the HMAC key in FILE (default: the file named by "
                           "AOTPLAN_TRUST_KEY). A plan whose signature verifies is trusted."),
         click.option("--require-signature", is_flag=True, help="Refuse plans that are not signed."),
         click.option("--trust-executables", is_flag=True,
                      help="Use the plan's embedded native executables even without a verified signature "
                           "(only for plans you built yourself: they are native code)."),
-        click.option("--cache-dir", type=click.Path(file_okay=False), metavar="DIR",
+        click.option("--cache-dir", type=_Path(file_okay=False), metavar="DIR",
                      help="Persistent XLA compilation cache for kernels compiled from the plan's portable "
                           "StableHLO (default: AOTPLAN_CACHE_DIR): the second load on this host is fast."),
     ]):
@@ -545,20 +555,20 @@ def _feeds(session, inputs, random_inputs, seed):
 
 
 @main.command()
-@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.argument("plan_path", metavar="PLAN", type=_Path(dir_okay=False))
 @click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy",
               help="Feed an input from a .npy file (repeatable, one per input).")
 @click.option("--random-inputs", is_flag=True, help="Feed seeded random values to every input not given.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for --random-inputs.")
 @click.option("--steps", default=10, show_default=True, type=click.IntRange(min=1), help="Steps to run and time.")
-@click.option("--output", "out_path", type=click.Path(dir_okay=False), help="Write the outputs to an .npz file.")
+@click.option("--output", "out_path", type=_Path(dir_okay=False), help="Write the outputs to an .npz file.")
 @click.option("--check-alloc", is_flag=True,
               help="Prove nothing accumulates per step: over max(STEPS, 100) steps the arena keeps its device "
                    "pointer, the count of live arrays and RSS stay flat, and (where the device reports it) "
                    "device memory stays flat and within the plan's stated memory. Exits 1 if not.")
 @click.option("--profile", is_flag=True, help="Print a table of per-launch median times, sorted, with each "
                                               "launch's share of the step.")
-@click.option("--dump", "dump_dir", type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--dump", "dump_dir", type=_Path(file_okay=False), metavar="DIR",
               help="After one step, write every tensor each launch wrote (and each view or placed concat it "
                    "completed) as DIR/NNNN_<tensor>.npy, NNNN being the launch, in its logical dtype and shape "
                    "(bfloat16 as float32), listed in DIR/index.json. DIR must be new, empty or hold an earlier dump "
@@ -634,7 +644,7 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
         try:
             atomic_write(out_path, data)
         except OSError as e:
-            raise AotplanError(f"cannot write outputs to {out_path!r}: {e.strerror}") from None
+            raise AotplanError(f"cannot write outputs to {out_path!r}: {fileio.why(e)}") from None
         click.echo(f"  outputs written to {out_path}")
     from executor import tools
 
@@ -645,7 +655,7 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
         try:
             files = tools.dump(session, feeds, dump_dir, keep=input_files)
         except OSError as e:
-            raise AotplanError(f"cannot write dumps to {dump_dir!r}: {e.strerror}") from None
+            raise AotplanError(f"cannot write dumps to {dump_dir!r}: {fileio.why(e)}") from None
         click.echo(f"  dumped {_n(len(files), 'tensor')} to {dump_dir} (listed in {tools.DUMP_INDEX})"
                    + ("" if plan.launch_mode == "kernel" else
                       f"; a {plan.launch_mode} plan keeps the tensors inside its launches in its kernels: compile "
@@ -674,8 +684,8 @@ def _tolerance(param, value):
 
 
 @main.command()
-@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
-@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("plan_path", metavar="PLAN", type=_Path(dir_okay=False))
+@click.argument("model", type=_Path(dir_okay=False))
 @click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy",
               help="Feed an input from a .npy file (repeatable, one per input).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
@@ -867,7 +877,7 @@ def plan_summary(plan, path):
 
 
 @main.command("verify")
-@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.argument("plan_path", metavar="PLAN", type=_Path(dir_okay=False))
 @click.option("--timeout", type=click.FloatRange(min=1), default=600,
               callback=lambda c, p, v: _finite(p, v), show_default=True, metavar="SECONDS",
               help="Give up on a child that has not finished loading the plan after this long.")
@@ -909,7 +919,7 @@ def verify_cmd(plan_path, timeout, trust_key, require_signature, trust_executabl
 
 
 @main.command()
-@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False))
+@click.argument("plan_path", metavar="PLAN", type=_Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @_handle_errors
 def inspect(plan_path, as_json):
@@ -984,8 +994,11 @@ def _sharing(t):
 def run():
     """Console entry point: click's usage errors, too, become one `error:` line."""
     try:
-        rc = main(standalone_mode=False)
+        rc = main(standalone_mode=False, prog_name="aotplan")
     except click.exceptions.UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError" and e.ctx:  # `aotplan`, `aotplan import`: the help, plainly
+            click.echo(e.ctx.get_help())
+            sys.exit(0)
         where = e.ctx.command_path if e.ctx else "aotplan"
         click.echo(f"error: {e.format_message()} (see '{where} --help')", err=True)
         sys.exit(2)

@@ -30,6 +30,14 @@ def umask():
     return mask
 
 
+def why(e):
+    """An OSError's reason, for a message: its strerror, or (numpy's short writes carry
+    none: "32768 requested and 10208 written") its text, with the likely cause."""
+    if e.strerror:
+        return e.strerror
+    return f"{e} (a short write: is the disk full?)" if "requested and" in str(e) else str(e) or type(e).__name__
+
+
 def atomic_write(path, data):
     """Write `data` (bytes) to `path` so that a reader sees the old file or the new one.
 

@@ -28,7 +28,7 @@ import zlib
 
 import numpy as np
 
-from aotplan import dtypes
+from aotplan import dtypes, fileio
 from aotplan.errors import ModelError
 from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze, has_control_char, thaw
 
@@ -298,7 +298,7 @@ def load(path):
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:
-        raise ModelError(f"cannot read model {path!r}: {e.strerror}") from None
+        raise ModelError(f"cannot read model {path!r}: {fileio.why(e)}") from None
     try:
         # strictly: json.loads(bytes) would let UTF-8-encoded surrogates through
         text = raw.decode(json.detect_encoding(raw))

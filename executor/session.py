@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan import codec, dtypes, formats, native, verify, xla_options
+from aotplan import codec, dtypes, fileio, formats, native, verify, xla_options
 from aotplan.errors import FeedError, ForkError, PlanError
 from aotplan.plan import Plan
 from executor import kernels
@@ -200,7 +200,7 @@ def enable_cache(cache_dir):
     try:
         os.makedirs(cache_dir, exist_ok=True)
     except OSError as e:
-        raise PlanError(f"cannot use compilation cache {cache_dir!r}: {e.strerror}") from None
+        raise PlanError(f"cannot use compilation cache {cache_dir!r}: {fileio.why(e)}") from None
     jax.config.update("jax_compilation_cache_dir", cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from aotplan import dtypes, formats
+from aotplan import dtypes, fileio, formats
 from aotplan.errors import AotplanError
 from aotplan.fileio import umask
 
@@ -376,7 +376,7 @@ def check_dump_folder(directory, keep=()):
     try:
         names = os.listdir(directory)
     except OSError as e:
-        raise AotplanError(f"cannot write dumps to {directory!r}: {e.strerror}") from None
+        raise AotplanError(f"cannot write dumps to {directory!r}: {fileio.why(e)}") from None
     foreign = _foreign(directory, names)
     if foreign:
         raise AotplanError(f"cannot write dumps to {directory!r}: it is not empty and not an earlier dump (it holds "

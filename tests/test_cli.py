@@ -85,6 +85,29 @@ def test_help_explains():
     assert "--planner" in r.output and "--weights" in r.output
 
 
+def test_bare_group_prints_its_help_and_empty_paths_are_refused(mlp_plan, tmp_path):
+    """`aotplan` and `aotplan import` alone print their help (click 8.2 on made it a usage
+    error: the whole help after "error:"); an empty path value is an error naming the
+    option, where `--output ""` wrote nothing and `--trust-key ""` fell back to the
+    environment's key, silently."""
+    import subprocess
+    import sys
+
+    for args, usage in (([], "Usage: aotplan [OPTIONS] COMMAND"), (["import"], "Usage: aotplan import [OPTIONS]")):
+        r = subprocess.run([sys.executable, "-c", "from aotplan.cli import run; run()"] + args, capture_output=True,
+                           text=True)
+        assert r.returncode == 0 and r.stdout.startswith(usage) and not r.stderr, (r.stdout, r.stderr)
+    cases = [(["replay", mlp_plan, "--random-inputs", "--output", ""], "'--output'"),
+             (["replay", mlp_plan, "--random-inputs", "--dump", ""], "'--dump'"),
+             (["replay", mlp_plan, "--random-inputs", "--trust-key", ""], "'--trust-key'"),
+             (["replay", ""], "'PLAN'"),
+             (["compile", os.path.join(EXAMPLES, "mlp", "model.json"), "-o", ""], "'-o' / '--output'")]
+    for args, name in cases:
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and f"Invalid value for {name}: an empty path" in r.output, (args, r.output)
+    assert os.listdir(tmp_path) == []
+
+
 # ---------------------------------------------------------------- bad models
 
 def _model(tmp_path, mutate):

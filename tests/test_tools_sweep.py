@@ -488,3 +488,17 @@ def test_check_refuses_a_model_that_does_not_parse_and_unknown_inputs(mlp_plans,
     np.save(tmp_path / "x.npy", np.zeros((4, 64), np.float32))
     r = _invoke("check", mlp_plans["kernel"], MLP, "--input", f"y={tmp_path / 'x.npy'}")
     one_error_line(r, "--input y: the plan has no input 'y' (its inputs: x)")
+
+
+def test_dump_on_a_full_disk_says_why(mlp_plans, tmp_path, monkeypatch):
+    """numpy's short write (a full disk) is an OSError without strerror: the error said
+    "None". Nothing is left behind."""
+    def short_write(path, *a, **k):
+        raise OSError("32768 requested and 10208 written")
+
+    monkeypatch.setattr(np, "save", short_write)
+    r = _invoke("replay", mlp_plans["kernel"], "--random-inputs", "--steps", "1", "--dump", tmp_path / "d")
+    assert r.exit_code == 2, r.output
+    assert (f"error: cannot write dumps to {str(tmp_path / 'd')!r}: 32768 requested and 10208 written (a short "
+            f"write: is the disk full?)") in r.output, r.output
+    assert not os.path.exists(tmp_path / "d") or not os.listdir(tmp_path / "d")
