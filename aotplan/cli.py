@@ -380,16 +380,22 @@ def _random_feed(rng, dtype, shape):
     return rng.standard_normal(shape).astype(np.float32).astype(dt)
 
 
-def _split_spec(spec, flag="--input"):
+def _split_spec(spec, flag="--input", names=()):
+    """NAME=PATH -> (name, path). `names`: the inputs' names, where known: one that holds
+    "=" is matched whole (the longest that fits), not cut at its first "="."""
+    fits = [n for n in names if spec.startswith(n + "=")]
+    if fits:
+        name = max(fits, key=len)
+        return name, spec[len(name) + 1:]
     name, sep, path = spec.partition("=")
     if not sep or not name:
         raise FeedError(f"{flag} {spec!r}: expected NAME=FILE.npy")
     return name, path
 
 
-def _load_npy(spec, flag="--input"):
+def _load_npy(spec, flag="--input", names=()):
     """NAME=FILE.npy -> (name, array). Never unpickles."""
-    name, path = _split_spec(spec, flag)
+    name, path = _split_spec(spec, flag, names)
     try:
         a = np.load(path, allow_pickle=False)
     except MemoryError:
@@ -462,7 +468,7 @@ def _feeds_from_files(specs, session):
     want = {name: dtype for name, dtype, _ in session.input_specs}
     feeds = {}
     for spec in specs:
-        name, a = _load_npy(spec)
+        name, a = _load_npy(spec, names=want)
         if name not in want:
             raise FeedError(f"--input {name}: the plan has no input {name!r} "
                             + (f"(its inputs: {', '.join(want)})" if want else "(it has no inputs)"))
@@ -477,7 +483,7 @@ def _frozen_values(specs, graph):
     dtypes_ = {t.name: t.dtype for t in graph.inputs}
     values = {}
     for spec in specs:
-        name, a = _load_npy(spec, "--freeze-input")
+        name, a = _load_npy(spec, "--freeze-input", dtypes_)
         if name in values:
             raise FeedError(f"--freeze-input {name}: given twice")
         values[name] = _as_bfloat16(a, f"--freeze-input {name}") if dtypes_.get(name) == "bfloat16" else a

@@ -108,6 +108,31 @@ def test_bare_group_prints_its_help_and_empty_paths_are_refused(mlp_plan, tmp_pa
     assert os.listdir(tmp_path) == []
 
 
+def test_input_whose_name_holds_an_equals_sign(tmp_path):
+    """--input NAME=FILE matches the plan's input names whole: `a=b=d=1/v.npy` feeds input
+    'a=b' from 'd=1/v.npy' (cut at the first '=', it read 'b=d=1/v.npy' for 'a')."""
+    def rename(doc):
+        old = doc["inputs"][0]["name"]
+        doc["inputs"][0]["name"] = "a=b"
+        for n in doc["nodes"]:
+            n["inputs"] = ["a=b" if i == old else i for i in n["inputs"]]
+
+    model = _model(tmp_path, rename)
+    plan = str(tmp_path / "eq.plan")
+    r = CliRunner().invoke(main, ["compile", model, "-o", plan])
+    assert r.exit_code == 0, r.output
+    (tmp_path / "d=1").mkdir()
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    np.save(tmp_path / "d=1" / "v.npy", x)
+    out = str(tmp_path / "o.npz")
+    r = CliRunner().invoke(main, ["replay", plan, "--input", f"a=b={tmp_path / 'd=1' / 'v.npy'}", "--output", out])
+    assert r.exit_code == 0, r.output
+    import executor
+
+    with np.load(out) as z:
+        np.testing.assert_array_equal(z["probs"], executor.load(plan).run({"a=b": x})["probs"])
+
+
 # ---------------------------------------------------------------- bad models
 
 def _model(tmp_path, mutate):
