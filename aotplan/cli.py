@@ -530,6 +530,36 @@ def _trust_options(fn):
     return fn
 
 
+class _StepTimes:
+    """Step times in bounded memory (a soak of 10^8 steps kept 56 bytes a step): every
+    step's while they fit in `keep`, then every other one kept so far and every other
+    one after, and so on (a sample evenly spread over the run); min, max and the first
+    step are exact."""
+
+    def __init__(self, keep=1 << 20):
+        self.buf, self.n, self.kept, self.stride = np.empty(keep), 0, 0, 1
+        self.first, self.lo, self.hi = None, float("inf"), 0.0
+
+    def add(self, t):
+        if self.first is None:
+            self.first = t
+        self.lo, self.hi = min(self.lo, t), max(self.hi, t)
+        if self.n % self.stride == 0:
+            if self.kept == len(self.buf):
+                half = self.buf[::2].copy()
+                self.buf[:len(half)], self.kept, self.stride = half, len(half), self.stride * 2
+            if self.n % self.stride == 0:
+                self.buf[self.kept] = t
+                self.kept += 1
+        self.n += 1
+
+    def summary(self):
+        med = float(np.median(self.buf[:self.kept])) * 1e3
+        sample = "" if self.stride == 1 else f" (of {_n(self.kept, 'step')}, one in {self.stride})"
+        return (f"median {med:.3f} ms{sample}, min {self.lo * 1e3:.3f} ms, max {self.hi * 1e3:.3f} ms (first step "
+                f"{self.first * 1e3:.3f} ms)")
+
+
 def _load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir, warmup=True,
                   isolate=False):
     import executor
@@ -632,16 +662,14 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
                f"{_fmt_bytes(m.constant_pool_bytes)}, "
                + (f"inline constants {_fmt_bytes(m.inline_constant_bytes)}, " if m.inline_constant_bytes else "")
                + f"workspace {_fmt_bytes(m.max_workspace_bytes)})")
-    times = []
+    times = _StepTimes()
     for _ in range(steps):  # (the device memory is stated before the first step)
         t0 = time.perf_counter()
         outs = session.run(feeds)
-        times.append(time.perf_counter() - t0)
+        times.add(time.perf_counter() - t0)
     for name, a in outs.items():
         click.echo(f"  output {name}: {a.dtype}{list(a.shape)} {_preview(a)}")
-    ms = np.array(times) * 1e3
-    click.echo(f"  step time over {_n(steps, 'step')}: median {np.median(ms):.3f} ms, min {ms.min():.3f} ms, "
-               f"max {ms.max():.3f} ms (first step {ms[0]:.3f} ms)")
+    click.echo(f"  step time over {_n(steps, 'step')}: {times.summary()}")
     if out_path:
         from aotplan.fileio import atomic_write, npz_bytes
 

@@ -133,6 +133,24 @@ def test_input_whose_name_holds_an_equals_sign(tmp_path):
         np.testing.assert_array_equal(z["probs"], executor.load(plan).run({"a=b": x})["probs"])
 
 
+def test_replay_step_times_in_bounded_memory():
+    """replay kept every step's time (56 bytes a step: a 10^8-step soak took GBs); now up
+    to `keep`, then an even sample: every stride-th step, min, max and first exact."""
+    from aotplan.cli import _StepTimes
+
+    for n in (1, 7, 8, 9, 100, 1000):
+        st = _StepTimes(keep=8)
+        xs = np.random.default_rng(n).permutation(n).astype(float) + 1
+        for x in xs:
+            st.add(x)
+        assert st.kept <= 8 and len(st.buf) == 8
+        np.testing.assert_array_equal(st.buf[:st.kept], xs[::st.stride])
+        assert (st.stride == 1) == (n <= 8) and (st.lo, st.hi, st.first) == (1, n, xs[0])
+        text = st.summary()
+        assert text.startswith(f"median {np.median(xs[::st.stride]) * 1e3:.3f} ms") and f"max {n * 1e3:.3f} ms" in text
+        assert (f"(of {st.kept} steps, one in {st.stride})" in text) == (n > 8)
+
+
 # ---------------------------------------------------------------- bad models
 
 def _model(tmp_path, mutate):
