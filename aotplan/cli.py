@@ -955,19 +955,32 @@ def verify_cmd(plan_path, timeout, trust_key, require_signature, trust_executabl
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=_Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--trust-key", type=_Path(dir_okay=False), metavar="FILE",
+              help="Check the plan's signature with the HMAC key in FILE (default: the file named by "
+                   "AOTPLAN_TRUST_KEY); without a key a signature is shown, not checked.")
 @_handle_errors
-def inspect(plan_path, as_json):
+def inspect(plan_path, as_json, trust_key):
     """Show PLAN's tensors, launches and memory (reads and verifies it; runs nothing)."""
     from aotplan import codec, verify
 
-    plan = verify.verify(codec.read(plan_path))
+    key = codec.read_key(trust_key) if trust_key else codec.env_key()
+    data = codec.read_bytes(plan_path)
+    try:
+        header, _, _, trusted = codec.split(data, key)
+        plan = verify.verify(codec.decode(data))
+    except PlanError as e:
+        raise codec.named(plan_path, e) from None
     s = plan_summary(plan, plan_path)
+    s["signature"] = "verified" if trusted else "none" if header.get("signature") is None else "not checked"
     if as_json:
         click.echo(json.dumps(s, indent=1))
         return
     m, p = s["memory"], s["provenance"]
     click.echo(f"plan {plan_path}: model {p['model_name']!r} (digest {p['model_digest'][:12]}), "
                f"aotplan {p['aotplan_version']}, jax {p['jax_version']}, platforms {', '.join(p['platforms'])}")
+    click.echo("signature: " + {"verified": "HMAC-SHA256, verified with the trust key", "none": "none (unsigned)",
+                                "not checked": "HMAC-SHA256, not checked (no --trust-key or AOTPLAN_TRUST_KEY)"}[
+                                    s["signature"]])
     click.echo(f"launch mode {s['launch_mode']}, weights in {s['weights']}, planner {s['planner']}, "
                f"alignment {s['alignment']} B, passes {', '.join(s['passes']) or 'none'}")
     click.echo(f"device memory a step needs: {m['step_device_bytes']} B = arena {m['arena_bytes']} B + constant "

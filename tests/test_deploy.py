@@ -475,6 +475,33 @@ def test_signed_plans(native_plan, tmp_path):
         executor.load(str(forged_path), trust_key=KEY)
 
 
+def test_inspect_shows_the_signature(native_plan, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from aotplan.cli import main
+
+    graph, plan = native_plan
+    signed = _write(tmp_path, plan, "signed.plan", sign_key=KEY)
+    unsigned = _write(tmp_path, plan, "unsigned.plan")
+    key = tmp_path / "key"
+    key.write_bytes(KEY)
+    monkeypatch.delenv("AOTPLAN_TRUST_KEY", raising=False)
+    for path, args, want in ((unsigned, [], "signature: none (unsigned)"),
+                             (signed, [], "signature: HMAC-SHA256, not checked (no --trust-key or AOTPLAN_TRUST_KEY)"),
+                             (signed, ["--trust-key", str(key)], "signature: HMAC-SHA256, verified with the trust key"),
+                             (unsigned, ["--trust-key", str(key)], "signature: none (unsigned)")):
+        r = CliRunner().invoke(main, ["inspect", path] + args)
+        assert r.exit_code == 0 and r.output.splitlines()[1] == want, r.output
+    r = CliRunner().invoke(main, ["inspect", signed, "--json"])
+    assert r.exit_code == 0 and '"signature": "not checked"' in r.output
+    monkeypatch.setenv("AOTPLAN_TRUST_KEY", str(key))
+    r = CliRunner().invoke(main, ["inspect", signed, "--json"])
+    assert r.exit_code == 0 and '"signature": "verified"' in r.output
+    key.write_bytes(b"x" * 32)
+    r = CliRunner().invoke(main, ["inspect", signed])
+    assert r.exit_code == 2 and "signed.plan: plan signature does not verify with the trusted key" in r.output
+
+
 def test_foreign_host_fingerprint_falls_back(native_plan, tmp_path, caplog):
     graph, plan = native_plan
     other = dataclasses.replace(plan, provenance=dataclasses.replace(
