@@ -772,7 +772,7 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, trus
     if cache_dir:
         from executor.session import enable_cache
 
-        enable_cache(cache_dir)
+        enable_cache(cache_dir, executor.session.resolve_device(None))
     session = executor.Session(plan, trusted=trusted or trust_executables)
     session.wait_ready()  # (native executables: compared on their final call path)
     from executor import kernels

@@ -182,7 +182,7 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     trust_key = _trust_key(trust_key)
     cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
     if cache_dir:
-        enable_cache(cache_dir)
+        enable_cache(cache_dir, device)
     plan, trusted = codec.read_checked(path, trust_key, require_signature)
     return Session(plan, device=device, warmup=warmup, trusted=trusted or trust_executables, progress=progress,
                    jobs=None if jobs is None else int(jobs))
@@ -194,13 +194,23 @@ def _check_progress(progress, who):
                         f"{_short(progress)}")
 
 
-def enable_cache(cache_dir):
+def enable_cache(cache_dir, device=None):
+    """JAX's persistent compilation cache in `cache_dir`, for the kernels compiled from
+    StableHLO. Its path is made absolute and real: JAX puts the folder's path into the
+    compile options it keys entries by (for XLA's GPU autotuning cache), so `cache` and
+    `/abs/cache` were two caches. On a CPU (`device`, and JAX's default backend), that
+    GPU cache is left off unless JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES says otherwise,
+    so the keys do not hold the path at all and a copied or moved cache still serves."""
+    cache_dir = os.path.realpath(cache_dir)
     if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
         raise PlanError(f"cannot use compilation cache {cache_dir!r}: it is a file, not a directory")
     try:
         os.makedirs(cache_dir, exist_ok=True)
     except OSError as e:
         raise PlanError(f"cannot use compilation cache {cache_dir!r}: {fileio.why(e)}") from None
+    if (device is not None and device.platform == "cpu" and jax.default_backend() == "cpu"
+            and "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES" not in os.environ):
+        jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
     jax.config.update("jax_compilation_cache_dir", cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -540,16 +540,31 @@ def test_native_plans_are_deterministic_but_for_the_machine_code(native_plan):
 
 def test_compilation_cache_dir(examples, tmp_path):
     """A persistent cache (a process-wide JAX setting: run in a child process) fills on
-    the first load and serves the second."""
+    the first load and serves the next: named by another path to the same folder (JAX
+    keyed its entries by the path as given: `cache` and `/abs/cache` were two caches),
+    and on a CPU copied elsewhere too. Served = no new entry."""
+    import shutil
+
     _, plan, _ = examples["mlp"]
     path = _write(tmp_path, plan)
-    cache = tmp_path / "cache"
     code = ("import executor, sys; s = executor.load(sys.argv[1], cache_dir=sys.argv[2]); "
             "print(s.kernel_source)")
-    for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", code, path, str(cache)], capture_output=True, text=True)
+
+    def load(cache):
+        r = subprocess.run([sys.executable, "-c", code, path, cache], capture_output=True, text=True, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
-    assert cache.is_dir() and any(cache.iterdir())
+
+    load("cache")
+    entries = sorted(os.listdir(tmp_path / "cache"))
+    assert entries
+    load(str(tmp_path / "cache"))
+    os.symlink(tmp_path / "cache", tmp_path / "link")
+    load("link/")
+    assert sorted(os.listdir(tmp_path / "cache")) == entries
+    if __import__("jax").default_backend() == "cpu":
+        shutil.copytree(tmp_path / "cache", tmp_path / "copy")
+        load("copy")
+        assert sorted(os.listdir(tmp_path / "copy")) == entries
 
 
 def test_cli_sign_and_trust(tmp_path):
