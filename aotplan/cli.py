@@ -41,13 +41,31 @@ class _Path(click.Path):
         return super().convert(value, param, ctx)
 
 
+_interrupts = []  # Ctrl-Cs seen by run()'s handler
+
+
+def _on_sigint(signum, frame):
+    _interrupts.append(signum)
+    raise KeyboardInterrupt
+
+
+def _raise_if_interrupted():
+    """KeyboardInterrupt where a Ctrl-C came and was swallowed: raised inside a garbage-
+    collector callback (JAX's runs at any allocation), Python only prints it, and the
+    command went on to finish, write its output and exit 0."""
+    if _interrupts:
+        raise KeyboardInterrupt
+
+
 def _handle_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         ctx = click.get_current_context()
         show = (ctx.obj or {}).get("debug") or dbg.level() > 0
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+            _raise_if_interrupted()  # (a Ctrl-C swallowed on the way: the command did not finish as asked)
+            return out
         except AotplanError as e:
             if show:
                 traceback.print_exc()
@@ -1040,6 +1058,18 @@ def _sharing(t):
 
 def run():
     """Console entry point: click's usage errors, too, become one `error:` line."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not where the caller ignores it)
+        signal.signal(signal.SIGINT, _on_sigint)
+        fileio.commit_check = _raise_if_interrupted
+        default_hook = sys.unraisablehook
+
+        def unraisable(info):  # the swallowed Ctrl-C: said once, as "interrupted", not as a traceback
+            if not issubclass(info.exc_type, KeyboardInterrupt):
+                default_hook(info)
+
+        sys.unraisablehook = unraisable
     try:
         rc = main(standalone_mode=False, prog_name="aotplan")
     except click.exceptions.UsageError as e:
@@ -1052,6 +1082,7 @@ def run():
     except click.exceptions.Abort:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # done: a Ctrl-C while Python shuts down changes nothing
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

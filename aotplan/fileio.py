@@ -38,6 +38,17 @@ def why(e):
     return f"{e} (a short write: is the disk full?)" if "requested and" in str(e) else str(e) or type(e).__name__
 
 
+# Called right before an output is put in place (atomic_write's rename, a dump's move):
+# the CLI sets it to raise KeyboardInterrupt where a Ctrl-C came but was swallowed (one
+# raised inside a garbage-collector callback, as JAX's, is only printed by Python).
+commit_check = None
+
+
+def before_commit():
+    if commit_check is not None:
+        commit_check()
+
+
 def atomic_write(path, data):
     """Write `data` (bytes) to `path` so that a reader sees the old file or the new one.
 
@@ -66,6 +77,7 @@ def atomic_write(path, data):
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
+        before_commit()
         os.replace(tmp, path)
     except BaseException:
         try:

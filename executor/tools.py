@@ -454,6 +454,7 @@ def dump(session, feeds, directory, keep=()):
                  "tensors": rows}
         with open(os.path.join(work, DUMP_INDEX), "w") as f:
             json.dump(index, f, indent=1)
+        fileio.before_commit()
         if existed:  # replace the earlier dump (check_dump_folder: only its files are there)
             for name in os.listdir(directory):
                 path = os.path.join(directory, name)

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from aotplan import codec, model_json
+from aotplan import codec
 from aotplan.cli import main
-from aotplan.errors import ModelError
 from conftest import EXAMPLES
 
 
@@ -139,6 +138,37 @@ def test_bad_replay_args(plan_file, tmp_path, args, pattern):
     assert r.returncode == 2, r.stdout + r.stderr
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and re.search(pattern, lines[0]), r.stderr
+
+
+_SWALLOWED_CTRL_C = r"""
+import gc, os, signal
+from aotplan.cli import run
+
+fired = []
+
+
+def callback(phase, info):  # Ctrl-C arriving while a garbage-collector callback runs (JAX has one)
+    if not fired and phase == "start" and signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        fired.append(1)
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs here: Python only prints what it raises
+            pass
+
+
+gc.callbacks.append(callback)
+run()
+"""
+
+
+def test_ctrl_c_swallowed_in_a_gc_callback_still_interrupts(plan_file, tmp_path):
+    """A KeyboardInterrupt raised inside a gc callback is printed by Python and dropped:
+    `replay --output` went on, wrote the outputs and exited 0 (a Ctrl-C a second into
+    start-up did so 6 times in 6). Now: "interrupted", exit 130, no output file."""
+    out = tmp_path / "o.npz"
+    r = subprocess.run([sys.executable, "-c", _SWALLOWED_CTRL_C, "replay", plan_file, "--random-inputs", "--output",
+                        str(out)], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 130 and r.stderr == "interrupted\n", (r.returncode, r.stderr)
+    assert os.listdir(tmp_path) == []
 
 
 def test_plan_with_swapped_kernel_roles_is_refused(kernel_examples):
