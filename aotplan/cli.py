@@ -415,7 +415,7 @@ def _load_npy(spec, flag="--input", names=()):
     """NAME=FILE.npy -> (name, array). Never unpickles."""
     name, path = _split_spec(spec, flag, names)
     try:
-        a = np.load(path, allow_pickle=False)
+        a = np.load(path, allow_pickle=False) if not _is_stream(path) else _read_npy_stream(path)
     except MemoryError:
         raise FeedError(f"{flag} {name}: {path!r} declares an array too large to load") from None
     except ValueError as e:
@@ -439,6 +439,47 @@ def _load_npy(spec, flag="--input", names=()):
                         f"appended to the file, or another file written over a longer one?); numpy reads only "
                         f"the first array: save one array per file")
     return name, a
+
+
+def _is_stream(path):
+    """A pipe or a character device (`--input x=<(cat x.npy)`, a FIFO): numpy's reader
+    seeks, which they cannot."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False  # (np.load says what is wrong)
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+
+
+def _read_npy_stream(path):
+    """A .npy read front to back (no seek), its data read to the size its header states
+    (/dev/zero is refused at the magic bytes, not read forever); bytes after it are an
+    error, as in a file."""
+    from numpy.lib import format as npf
+
+    with open(path, "rb") as f:
+        version = npf.read_magic(f)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(f"unsupported .npy version {version}")
+        read = {(1, 0): npf.read_array_header_1_0, (2, 0): npf.read_array_header_2_0}.get(
+            version, npf.read_array_header_2_0)
+        shape, fortran, dtype = read(f)
+        if dtype.hasobject:
+            raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        buf = bytearray(n)
+        got, view = 0, memoryview(buf)
+        while got < n:
+            k = f.readinto(view[got:])
+            if not k:
+                raise EOFError(f"the array's data ends after {got} of its {n} bytes")
+            got += k
+        if f.read(1):
+            raise ValueError("bytes after the array's data (one array per .npy, please)")
+    a = np.frombuffer(buf, dtype)
+    return a.reshape(shape[::-1]).T if fortran else a.reshape(shape)
 
 
 def _npy_extra_bytes(path, a):

@@ -151,6 +151,50 @@ def test_replay_step_times_in_bounded_memory():
         assert (f"(of {st.kept} steps, one in {st.stride})" in text) == (n > 8)
 
 
+def test_input_from_a_pipe(mlp_plan, tmp_path):
+    """`--input x=<(cat x.npy)`: numpy's reader seeks, which a pipe cannot ("File or
+    stream is not seekable"); a pipe is read front to back, to the size its header
+    states. A truncated stream, a second array after the first, and /dev/zero (refused
+    at the magic bytes, not read forever) are each one error."""
+    import threading
+
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    good = (tmp_path / "x.npy").read_bytes()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    def replay_from_pipe(data, *extra):
+        def feed():
+            with open(fifo, "wb") as f:
+                try:
+                    f.write(data)
+                except BrokenPipeError:
+                    pass
+
+        t = threading.Thread(target=feed)
+        t.start()
+        try:
+            return CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={fifo}", "--steps", "1", *extra])
+        finally:
+            t.join()
+
+    out = str(tmp_path / "o.npz")
+    r = replay_from_pipe(good, "--output", out)
+    assert r.exit_code == 0, r.output
+    import executor
+
+    with np.load(out) as z:
+        np.testing.assert_array_equal(z["probs"], executor.load(mlp_plan).run({"x": x})["probs"])
+    r = replay_from_pipe(good + good)
+    assert r.exit_code == 2 and "bytes after the array's data" in r.output, r.output
+    r = replay_from_pipe(good[:500])
+    assert r.exit_code == 2 and "the array's data ends after 372 of its 1024 bytes" in r.output, r.output
+    if os.path.exists("/dev/zero"):
+        r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", "x=/dev/zero"])
+        assert r.exit_code == 2 and "cannot read '/dev/zero' as .npy: the magic string is not correct" in r.output
+
+
 # ---------------------------------------------------------------- bad models
 
 def _model(tmp_path, mutate):
