@@ -1,7 +1,9 @@
 """Shared fixtures. XLA compile time dominates the suite: example plans are compiled
 once per session and their sessions reused."""
 
+import contextlib
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -56,6 +58,28 @@ def compile_and_load(graph, **opts):
 
     res = pipeline.compile_graph(graph, model_json.graph_digest(graph), pipeline.Options(**opts))
     return res.plan, executor.Session(codec.decode(codec.encode(res.plan)))
+
+
+@contextlib.contextmanager
+def fifo_fed(path, data):
+    """A FIFO at `path` (made if missing) that a thread fills with `data` while the
+    block runs (a reader that stops early is fine)."""
+    if not os.path.exists(path):
+        os.mkfifo(path)
+
+    def feed():
+        with open(path, "wb") as f:
+            try:
+                f.write(data)
+            except BrokenPipeError:
+                pass
+
+    t = threading.Thread(target=feed)
+    t.start()
+    try:
+        yield str(path)
+    finally:
+        t.join()
 
 
 def random_feeds(graph, seed=0):

@@ -156,28 +156,15 @@ def test_input_from_a_pipe(mlp_plan, tmp_path):
     stream is not seekable"); a pipe is read front to back, to the size its header
     states. A truncated stream, a second array after the first, and /dev/zero (refused
     at the magic bytes, not read forever) are each one error."""
-    import threading
+    from conftest import fifo_fed
 
     x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     good = (tmp_path / "x.npy").read_bytes()
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
 
     def replay_from_pipe(data, *extra):
-        def feed():
-            with open(fifo, "wb") as f:
-                try:
-                    f.write(data)
-                except BrokenPipeError:
-                    pass
-
-        t = threading.Thread(target=feed)
-        t.start()
-        try:
+        with fifo_fed(tmp_path / "fifo", data) as fifo:
             return CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={fifo}", "--steps", "1", *extra])
-        finally:
-            t.join()
 
     out = str(tmp_path / "o.npz")
     r = replay_from_pipe(good, "--output", out)
