@@ -465,17 +465,25 @@ def _read_npy_stream(path):
             raise ValueError(f"unsupported .npy version {version}")
         read = {(1, 0): npf.read_array_header_1_0, (2, 0): npf.read_array_header_2_0}.get(
             version, npf.read_array_header_2_0)
+        if version == (3, 0):  # a UTF-8 header: numpy's reader for it is private (numpy 1: format, 2: _format_impl)
+            import importlib
+
+            for where in ("numpy.lib._format_impl", "numpy.lib.format"):
+                try:
+                    read = functools.partial(importlib.import_module(where)._read_array_header, version=version)
+                    break
+                except (ImportError, AttributeError):
+                    pass
         shape, fortran, dtype = read(f)
         if dtype.hasobject:
             raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
         n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        buf = bytearray(n)
-        got, view = 0, memoryview(buf)
-        while got < n:
-            k = f.readinto(view[got:])
-            if not k:
-                raise EOFError(f"the array's data ends after {got} of its {n} bytes")
-            got += k
+        buf = bytearray()  # grown as the bytes arrive: a header's size is a claim, not memory to commit
+        while len(buf) < n:
+            chunk = f.read(min(n - len(buf), 1 << 20))
+            if not chunk:
+                raise EOFError(f"the array's data ends after {len(buf)} of its {n} bytes")
+            buf += chunk
         if f.read(1):
             raise ValueError("bytes after the array's data (one array per .npy, please)")
     a = np.frombuffer(buf, dtype)

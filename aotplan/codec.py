@@ -512,6 +512,7 @@ def read_bytes(path):
     file that is not a plan, or whose size is not the one its header states, is refused
     before the rest is read (a pipe or device is read up to that size)."""
     _check_path(path, "plan file")
+    stated = None
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
@@ -522,20 +523,37 @@ def read_bytes(path):
                 if len(head) == _PREFIX.size + MAX_HEADER_BYTES or head[:len(MAGIC)] != MAGIC:
                     raise named(path, e) from None
                 stated = len(head)  # a short file: `split` says what is wrong with it
-            regular = stat.S_ISREG(st.st_mode)
-            if regular and st.st_size != stated:
-                raise named(path, PlanError(f"plan is truncated or corrupt: {st.st_size} bytes, the header says "
-                                            f"{stated}"))
-            buf = np.empty(max(stated, len(head)) + DATA_ALIGN, np.uint8)
-            at = -buf.ctypes.data % DATA_ALIGN
-            view = memoryview(buf[at:at + max(stated, len(head))])
-            view[:len(head)] = head
-            got = len(head) + len(_read_into(f, view[len(head):]))
-            if not regular and got == stated and f.read(1):  # (a pipe or device: its size was not known)
+            if stat.S_ISREG(st.st_mode):
+                if st.st_size != stated:
+                    raise named(path, PlanError(f"plan is truncated or corrupt: {st.st_size} bytes, the header says "
+                                                f"{stated}"))
+                view = _aligned(max(stated, len(head)))
+                view[:len(head)] = head
+                return view[:len(head) + len(_read_into(f, view[len(head):]))].toreadonly()
+            # a pipe or a device: its size is not known, and the header's is only a claim: memory
+            # grows with the bytes that come
+            data = bytearray(head)
+            while len(data) < stated:
+                chunk = f.read(min(stated - len(data), 1 << 20))
+                if not chunk:
+                    break
+                data += chunk
+            if len(data) == stated and f.read(1):
                 raise named(path, PlanError(f"plan is corrupt: more bytes than the {stated} its header states"))
-            return view[:got].toreadonly()
+            view = _aligned(len(data))
+            view[:] = data
+            return view.toreadonly()
+    except MemoryError:
+        raise PlanError(f"cannot read plan {path!r}: not enough memory for its {stated} bytes") from None
     except (OSError, ValueError) as e:  # ValueError: a NUL in the path
         raise PlanError(f"cannot read plan {path!r}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _aligned(n):
+    """A writable memoryview of n bytes whose first is DATA_ALIGN-aligned in memory."""
+    buf = np.empty(n + DATA_ALIGN, np.uint8)
+    at = -buf.ctypes.data % DATA_ALIGN
+    return memoryview(buf[at:at + n])
 
 
 def _read_into(f, view):

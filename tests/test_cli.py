@@ -177,6 +177,22 @@ def test_input_from_a_pipe(mlp_plan, tmp_path):
     assert r.exit_code == 2 and "bytes after the array's data" in r.output, r.output
     r = replay_from_pipe(good[:500])
     assert r.exit_code == 2 and "the array's data ends after 372 of its 1024 bytes" in r.output, r.output
+    # a 128-byte header that declares 2 GB: memory grows with the bytes that come (it took 2.1 GB)
+    import io
+    import tracemalloc
+
+    from numpy.lib import format as npf
+
+    head = io.BytesIO()
+    npf.write_array_header_1_0(head, {"descr": "<f4", "fortran_order": False, "shape": (500_000_000,)})
+    tracemalloc.start()
+    try:
+        r = replay_from_pipe(head.getvalue())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert r.exit_code == 2 and "the array's data ends after 0 of its 2000000000 bytes" in r.output, r.output
+    assert peak < 64 << 20, peak
     if os.path.exists("/dev/zero"):
         r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", "x=/dev/zero"])
         assert r.exit_code == 2 and "cannot read '/dev/zero' as .npy: the magic string is not correct" in r.output

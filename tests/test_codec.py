@@ -214,6 +214,20 @@ def test_file_size_checked_against_the_header_before_it_is_read(data, tmp_path):
 
     if hasattr(os, "mkfifo"):
         assert through_pipe(data) == data
+        # a header that claims 32 TiB, through a pipe: memory grows with the bytes that come
+        header = msgpack.packb({"launch_mode": "sink", "payload_size": 10, "payload_sha256": b"x" * 32,
+                                "signature": None, "data_size": 1 << 45})
+        tiny = struct.pack("<8sII", codec.MAGIC, codec.FORMAT_VERSION, len(header)) + header
+        tracemalloc.start()
+        try:
+            got = through_pipe(tiny)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert got == tiny and peak < 4 << 20, peak
+        claim = codec.data_start(len(header), 10) + (1 << 45)
+        with pytest.raises(PlanError, match=rf"{len(tiny)} bytes, the header says {claim}"):
+            codec.decode(got)
         with pytest.raises(PlanError, match=f"more bytes than the {len(data)} its header states"):
             through_pipe(data + b"x")
         with pytest.raises(PlanError, match=f"{len(data) - 1} bytes, the header says {len(data)}"):
