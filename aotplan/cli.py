@@ -411,6 +411,14 @@ def _split_spec(spec, flag="--input", names=()):
     return name, path
 
 
+def _input_paths(specs):
+    """[(name, path)] for every way each NAME=PATH may split (before the plan, and so its
+    input names, is known: an input's name may hold '='), for the checks that an output
+    never lands on a file the command reads."""
+    _ = [_split_spec(spec) for spec in specs]  # (a malformed one: the error as ever)
+    return [(spec[:i], spec[i + 1:]) for spec in specs for i, c in enumerate(spec) if c == "=" and i]
+
+
 def _load_npy(spec, flag="--input", names=()):
     """NAME=FILE.npy -> (name, array). Never unpickles."""
     name, path = _split_spec(spec, flag, names)
@@ -599,30 +607,35 @@ def _trust_options(fn):
 
 class _StepTimes:
     """Step times in bounded memory (a soak of 10^8 steps kept 56 bytes a step): every
-    step's while they fit in `keep`, then every other one kept so far and every other
-    one after, and so on (a sample evenly spread over the run); min, max and the first
-    step are exact."""
+    step's while they fit in `keep`, then a uniform random sample of them all (reservoir
+    sampling, seeded: an evenly strided sample aliased with periodic step times); min,
+    max and the first step are exact."""
 
     def __init__(self, keep=1 << 20):
-        self.buf, self.n, self.kept, self.stride = np.empty(keep), 0, 0, 1
+        import random
+
+        self.buf, self.n, self.rng = np.empty(keep), 0, random.Random(0)
         self.first, self.lo, self.hi = None, float("inf"), 0.0
 
     def add(self, t):
         if self.first is None:
             self.first = t
         self.lo, self.hi = min(self.lo, t), max(self.hi, t)
-        if self.n % self.stride == 0:
-            if self.kept == len(self.buf):
-                half = self.buf[::2].copy()
-                self.buf[:len(half)], self.kept, self.stride = half, len(half), self.stride * 2
-            if self.n % self.stride == 0:
-                self.buf[self.kept] = t
-                self.kept += 1
+        if self.n < len(self.buf):
+            self.buf[self.n] = t
+        else:
+            j = int(self.rng.random() * (self.n + 1))
+            if j < len(self.buf):
+                self.buf[j] = t
         self.n += 1
+
+    @property
+    def kept(self):
+        return min(self.n, len(self.buf))
 
     def summary(self):
         med = float(np.median(self.buf[:self.kept])) * 1e3
-        sample = "" if self.stride == 1 else f" (of {_n(self.kept, 'step')}, one in {self.stride})"
+        sample = f" (of a random sample of {_n(self.kept, 'step')})" if self.n > len(self.buf) else ""
         return (f"median {med:.3f} ms{sample}, min {self.lo * 1e3:.3f} ms, max {self.hi * 1e3:.3f} ms (first step "
                 f"{self.first * 1e3:.3f} ms)")
 
@@ -698,12 +711,12 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     if out_path:
         from aotplan.fileio import refuse_overwriting
 
-        reads = {"plan": plan_path, **{f"--input {n} file": p for n, p in map(_split_spec, inputs)},
+        reads = {"plan": plan_path, **{f"--input {n} file": p for n, p in _input_paths(inputs)},
                  "--trust-key file": trust_key,
                  "AOTPLAN_TRUST_KEY file": None if trust_key else os.environ.get("AOTPLAN_TRUST_KEY")}
         refuse_overwriting(out_path, reads, "--output")
         _refuse_unwritable(out_path, f"outputs to {out_path!r}")
-    input_files = [p for _, p in map(_split_spec, inputs)]
+    input_files = [p for _, p in _input_paths(inputs)]
     if dump_dir:
         from executor import tools
 
@@ -874,7 +887,11 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, trus
                    + (_first_difference(diffs, n) if diffs else "all agree with the direct evaluation"))
     plan_bad = out_bad or bool(cdiffs) or own is not None
     if out_bad and session.kernel_source == "native":  # the executables, or what they were built from?
-        portable = executor.Session(plan, trusted=False).run(feeds)
+        import dataclasses
+
+        bare = dataclasses.replace(plan, kernels=tuple(dataclasses.replace(k, native=b"") for k in plan.kernels),
+                                   provenance=dataclasses.replace(plan.provenance, native_fingerprint=""))
+        portable = executor.Session(bare).run(feeds)  # (no executables: no warning that they go unused)
         agree = all(chk.compare(portable[name], want[name], *chk.tolerance(dtype, rtol, atol))[0]
                     for name, dtype, _ in session.output_specs)
         click.echo(f"{plan_path}'s portable kernels (its StableHLO, compiled here) "
@@ -1030,24 +1047,40 @@ def inspect(plan_path, as_json, trust_key):
     """Show PLAN's tensors, launches and memory (reads and verifies it; runs nothing)."""
     from aotplan import codec, verify
 
-    key = codec.read_key(trust_key) if trust_key else codec.env_key()
+    key, why_not = (codec.read_key(trust_key), "") if trust_key else (None, "")
+    if not trust_key:
+        try:
+            key = codec.env_key()
+        except AotplanError as e:  # shown, not fatal: inspect shows the plan whatever the key
+            why_not = f": {e}"
     data = codec.read_bytes(plan_path)
     try:
-        header, _, _, trusted = codec.split(data, key)
+        header = codec.split(data)[0]
         plan = verify.verify(codec.decode(data))
     except PlanError as e:
         raise codec.named(plan_path, e) from None
     s = plan_summary(plan, plan_path)
-    s["signature"] = "verified" if trusted else "none" if header.get("signature") is None else "not checked"
+    if header.get("signature") is None:
+        s["signature"] = "none"
+    elif key is None:
+        s["signature"] = "not checked"
+    else:
+        try:
+            codec.split(data, key)
+            s["signature"] = "verified"
+        except PlanError:
+            s["signature"] = "does not verify"
     if as_json:
         click.echo(json.dumps(s, indent=1))
         return
     m, p = s["memory"], s["provenance"]
     click.echo(f"plan {plan_path}: model {p['model_name']!r} (digest {p['model_digest'][:12]}), "
                f"aotplan {p['aotplan_version']}, jax {p['jax_version']}, platforms {', '.join(p['platforms'])}")
-    click.echo("signature: " + {"verified": "HMAC-SHA256, verified with the trust key", "none": "none (unsigned)",
-                                "not checked": "HMAC-SHA256, not checked (no --trust-key or AOTPLAN_TRUST_KEY)"}[
-                                    s["signature"]])
+    click.echo("signature: " + {
+        "verified": "HMAC-SHA256, verified with the trust key", "none": "none (unsigned)",
+        "not checked": f"HMAC-SHA256, not checked (no --trust-key or AOTPLAN_TRUST_KEY{why_not})",
+        "does not verify": "HMAC-SHA256, DOES NOT VERIFY with the trust key (changed after signing, or signed with "
+                           "another key)"}[s["signature"]])
     click.echo(f"launch mode {s['launch_mode']}, weights in {s['weights']}, planner {s['planner']}, "
                f"alignment {s['alignment']} B, passes {', '.join(s['passes']) or 'none'}")
     click.echo(f"device memory a step needs: {m['step_device_bytes']} B = arena {m['arena_bytes']} B + constant "

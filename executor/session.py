@@ -189,7 +189,19 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
 
 
 def _check_progress(progress, who):
-    if progress is not None and not callable(progress):
+    if progress is None:
+        return
+    ok = callable(progress)
+    if ok:
+        import inspect
+
+        try:
+            inspect.signature(progress).bind("text")
+        except TypeError:
+            ok = False
+        except ValueError:  # (no signature to read: a builtin)
+            pass
+    if not ok:
         raise PlanError(f"{who}: progress must be None or a function of one str, got {type(progress).__name__} "
                         f"{_short(progress)}")
 
@@ -767,9 +779,10 @@ class Session:
         the host's."""
         if host and _H2D.value in _REFUSING:
             name = next(t.name for t, a in zip(self._inputs, args) if isinstance(a, np.ndarray))
+            how = ("made under jax.transfer_guard('allow'): this guard refuses even jax.device_put"
+                   if _H2D.value == "disallow_explicit" else "(jax.device_put(array, session.device))")
             raise FeedError(f"input {name!r}: a numpy array, and jax's transfer guard ({_H2D.value}) refuses "
-                            f"host-to-device transfers: pass device arrays (jax.device_put(array, "
-                            f"session.device)), as jax.jit would need")
+                            f"host-to-device transfers: pass device arrays {how}, as jax.jit would need")
         if not device_outputs and not self._host_memory and _D2H.value in _REFUSING:
             raise FeedError(f"numpy outputs from {self.device}, and jax's transfer guard ({_D2H.value}) refuses "
                             f"device-to-host transfers: pass device_outputs=True")

@@ -277,6 +277,15 @@ def test_progress_must_be_callable_and_device_outputs_a_boolean(plan_files, exam
     missing = str(plan_files["sink"]) + ".missing"  # checked before the file is read
     with pytest.raises(PlanError, match=r"^executor.load: progress must be None or a function of one str, got int 5$"):
         executor.load(missing, progress=5)
+    with pytest.raises(PlanError, match=r"^executor.load: progress must be None or a function of one str, got "
+                                        r"function"):
+        executor.load(missing, progress=lambda: None)
+    with pytest.raises(PlanError, match="progress must be"):
+        executor.load(missing, progress=lambda a, b: None)
+    with pytest.raises(PlanError, match=r"No such file|cannot read"):  # (these are fine: the file is what fails)
+        executor.load(missing, progress=print)
+    with pytest.raises(PlanError, match=r"No such file|cannot read"):
+        executor.load(missing, progress=lambda text, *more, done=False: None)
     graph, plan, sess = examples["mlp"]
     with pytest.raises(PlanError, match=r"^Session: progress must be None or a function of one str, got str 'x'$"):
         executor.Session(plan, progress="x")
