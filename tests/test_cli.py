@@ -164,6 +164,53 @@ def test_replay_step_times_in_bounded_memory():
     assert 0.4 < np.mean(st.buf == 1e-3) < 0.6
 
 
+def test_input_from_a_pipe(mlp_plan, tmp_path):
+    """`--input x=<(cat x.npy)`: numpy's reader seeks, which a pipe cannot ("File or
+    stream is not seekable"); a pipe is read front to back, to the size its header
+    states. A truncated stream, a second array after the first, and /dev/zero (refused
+    at the magic bytes, not read forever) are each one error."""
+    from conftest import fifo_fed
+
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    good = (tmp_path / "x.npy").read_bytes()
+
+    def replay_from_pipe(data, *extra):
+        with fifo_fed(tmp_path / "fifo", data) as fifo:
+            return CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={fifo}", "--steps", "1", *extra])
+
+    out = str(tmp_path / "o.npz")
+    r = replay_from_pipe(good, "--output", out)
+    assert r.exit_code == 0, r.output
+    import executor
+
+    with np.load(out) as z:
+        np.testing.assert_array_equal(z["probs"], executor.load(mlp_plan).run({"x": x})["probs"])
+    r = replay_from_pipe(good + good)
+    assert r.exit_code == 2 and "bytes after the array's data" in r.output, r.output
+    r = replay_from_pipe(good[:500])
+    assert r.exit_code == 2 and "the array's data ends after 372 of its 1024 bytes" in r.output, r.output
+    # a 128-byte header that declares 2 GB: memory grows with the bytes that come (it took 2.1 GB)
+    import io
+    import tracemalloc
+
+    from numpy.lib import format as npf
+
+    head = io.BytesIO()
+    npf.write_array_header_1_0(head, {"descr": "<f4", "fortran_order": False, "shape": (500_000_000,)})
+    tracemalloc.start()
+    try:
+        r = replay_from_pipe(head.getvalue())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert r.exit_code == 2 and "the array's data ends after 0 of its 2000000000 bytes" in r.output, r.output
+    assert peak < 64 << 20, peak
+    if os.path.exists("/dev/zero"):
+        r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", "x=/dev/zero"])
+        assert r.exit_code == 2 and "cannot read '/dev/zero' as .npy: the magic string is not correct" in r.output
+
+
 # ---------------------------------------------------------------- bad models
 
 def _model(tmp_path, mutate):
