@@ -1170,8 +1170,11 @@ def run():
         # shutdown: work the interrupt left behind (XLA threads releasing host buffers,
         # which takes Python's GIL) met a finalizing interpreter and aborted the process
         # (exit 134, "FATAL: exception not rethrown") in 3 of 16 interrupted compiles.
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # (a reader gone, a closed stream: nothing more to say)
+                pass
         os._exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)
 
