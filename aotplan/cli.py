@@ -376,6 +376,9 @@ def import_onnx(model, output, input_shapes):
                        f"the weights file of -o {output!r},")
     _refuse_unwritable(output, f"{output!r}")
     graph, _ = onnx_import.load(model, _parse_shapes(input_shapes))
+    from compiler import pipeline
+
+    pipeline.prepare(graph)  # checked as `compile` checks it (structure, shapes): no model.json it would refuse
     try:
         wrote = model_json.save(graph, output, weights_file=weights)
     except OSError as e:  # (the weights file or the model.json)

@@ -255,3 +255,30 @@ def test_import_without_weights_does_not_name_a_weights_file(tmp_path):
     assert r.exit_code == 0, r.output
     assert not (tmp_path / "ok.weights.npz").exists()
     assert "weights in" not in r.output and "no weights file" in r.output, r.output
+
+
+def test_negative_input_dimension_is_dynamic(tmp_path):
+    """Some exporters write a dynamic dimension as -1: it asks for --input-shape, as a
+    symbolic one does (it passed import, then compile failed with an internal error)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 4])
+    _tiny(tmp_path / "m.onnx", [helper.make_node("Relu", ["x"], ["y"])], inputs=[x],
+          outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 4])])
+    for cmd in (["import", "onnx", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.json")],
+                ["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.plan")]):
+        r = CliRunner().invoke(main, cmd)
+        assert r.exit_code == 2, r.output
+        assert "input 'x': dimension 0 is -1 (dynamic); fix it with --input-shape x=N,4" in r.output, r.output
+    r = _compile(tmp_path / "m.onnx", "--input-shape", "x=3,4")
+    assert r.exit_code == 0, r.output
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.plan"]
+
+
+def test_import_checks_the_graph_as_compile_does(tmp_path):
+    """`import` wrote a model.json that `compile` then refused (a cycle, an input no one
+    produces): now the same error, and no file."""
+    cycle = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Neg", ["a"], ["y"])]
+    _tiny(tmp_path / "m.onnx", cycle)
+    r = CliRunner().invoke(main, ["import", "onnx", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.json")])
+    assert r.exit_code == 2 and "graph has a cycle: 'Add_0' -> 'Relu_1' -> 'Add_0'" in r.output, r.output
+    assert os.listdir(tmp_path) == ["m.onnx"]

@@ -452,18 +452,20 @@ def _dims(vi, fixed, where):
         if len(dims) != len(t.shape.dim):
             raise ModelError(f"{where}: --input-shape gives rank {len(dims)}, the model says rank {len(t.shape.dim)}")
         for i, (d, given) in enumerate(zip(t.shape.dim, dims)):
-            if d.HasField("dim_value") and d.dim_value != given:
+            if d.HasField("dim_value") and d.dim_value >= 0 and d.dim_value != given:
                 raise ModelError(f"{where}: --input-shape gives dimension {i} = {given}, the model fixes it to {d.dim_value}")
         return dims
     out = []
     for i, d in enumerate(t.shape.dim):
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:
             out.append(int(d.dim_value))
-        else:
-            sym = d.dim_param or "?"
-            raise ModelError(f"{where}: dimension {i} is symbolic ({sym!r}); fix it with "
+        else:  # (some exporters write a dynamic dimension as -1)
+            what = f"symbolic ({d.dim_param or '?'!r})" if not d.HasField("dim_value") else \
+                f"{d.dim_value} (dynamic)"
+            raise ModelError(f"{where}: dimension {i} is {what}; fix it with "
                              f"--input-shape {vi.name}=" + ",".join(
-                                 str(x.dim_value) if x.HasField("dim_value") else "N" for x in t.shape.dim))
+                                 str(x.dim_value) if x.HasField("dim_value") and x.dim_value >= 0 else "N"
+                                 for x in t.shape.dim))
     return tuple(out)
 
 
