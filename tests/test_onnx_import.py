@@ -282,3 +282,14 @@ def test_import_checks_the_graph_as_compile_does(tmp_path):
     r = CliRunner().invoke(main, ["import", "onnx", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.json")])
     assert r.exit_code == 2 and "graph has a cycle: 'Add_0' -> 'Relu_1' -> 'Add_0'" in r.output, r.output
     assert os.listdir(tmp_path) == ["m.onnx"]
+
+
+def test_model_without_a_default_opset_is_refused(tmp_path):
+    """No opset_import for the default domain: opset 1 was assumed, silently (onnxruntime
+    refuses such a model)."""
+    m = _tiny(tmp_path / "m.onnx", [helper.make_node("Relu", ["x"], ["y"])])
+    del m.opset_import[:]
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    r = _compile(tmp_path / "m.onnx")
+    assert r.exit_code == 2 and "model imports no opset of the default ONNX domain (its opset_import lists none)" \
+        in r.output, r.output

@@ -470,10 +470,14 @@ def _dims(vi, fixed, where):
 
 
 def opset_version(model):
+    """The default domain's opset the model imports; ModelError where it imports none
+    (an ONNX model must: onnxruntime refuses one without, and no opset can be assumed)."""
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
             return o.version
-    return 1
+    raise ModelError("model imports no opset of the default ONNX domain (its opset_import lists "
+                     + (", ".join(repr(o.domain) for o in model.opset_import) or "none")
+                     + "): re-export it with an opset")
 
 
 def max_opset():
