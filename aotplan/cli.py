@@ -418,7 +418,8 @@ def _input_paths(specs):
     """[(name, path)] for every way each NAME=PATH may split (before the plan, and so its
     input names, is known: an input's name may hold '='), for the checks that an output
     never lands on a file the command reads."""
-    _ = [_split_spec(spec) for spec in specs]  # (a malformed one: the error as ever)
+    for spec in specs:
+        _split_spec(spec)  # (a malformed one: the error as ever)
     return [(spec[:i], spec[i + 1:]) for spec in specs for i, c in enumerate(spec) if c == "=" and i]
 
 
@@ -474,8 +475,7 @@ def _read_npy_stream(path):
         version = npf.read_magic(f)
         if version not in ((1, 0), (2, 0), (3, 0)):
             raise ValueError(f"unsupported .npy version {version}")
-        read = {(1, 0): npf.read_array_header_1_0, (2, 0): npf.read_array_header_2_0}.get(
-            version, npf.read_array_header_2_0)
+        read = npf.read_array_header_1_0 if version == (1, 0) else npf.read_array_header_2_0
         if version == (3, 0):  # a UTF-8 header: numpy's reader for it is private (numpy 1: format, 2: _format_impl)
             import importlib
 

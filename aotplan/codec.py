@@ -518,7 +518,7 @@ def read_bytes(path):
             st = os.fstat(f.fileno())
             head = _read_into(f, bytearray(_PREFIX.size + MAX_HEADER_BYTES))
             try:
-                stated = _stated_size(*_head(memoryview(head)))
+                stated = _stated_size(*_head(head))
             except PlanError as e:
                 if len(head) == _PREFIX.size + MAX_HEADER_BYTES or head[:len(MAGIC)] != MAGIC:
                     raise named(path, e) from None
@@ -527,7 +527,7 @@ def read_bytes(path):
                 if st.st_size != stated:
                     raise named(path, PlanError(f"plan is truncated or corrupt: {st.st_size} bytes, the header says "
                                                 f"{stated}"))
-                view = _aligned(max(stated, len(head)))
+                view = _aligned(stated)  # (the header, read, is part of it)
                 view[:len(head)] = head
                 return view[:len(head) + len(_read_into(f, view[len(head):]))].toreadonly()
             # a pipe or a device: its size is not known, and the header's is only a claim: memory
