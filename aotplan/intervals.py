@@ -2,11 +2,13 @@
 liveness pass and the plan verifier (which derives them from the launches itself
 rather than trusting the plan).
 
-Step i is launch i. Inputs are written before launch 0 and live until their last
-read; arena constants and graph outputs live for the whole step (outputs until the
-output kernel reads them after the last launch); an intermediate lives from the launch
-that writes it to its last read. Two tensors conflict when their closed step ranges
-intersect and their byte ranges intersect.
+Lifetimes are counted in phases, two per launch (it reads in the first, writes in
+the second: `phases`). Inputs are written before the first launch (or by it) and live
+until their last read; arena constants live for the whole step and graph outputs from
+their write to its end (the caller or the output kernel reads them after the last
+launch); an intermediate lives from the launch that writes it to its last read. Two
+tensors conflict when their closed phase ranges intersect and their byte ranges
+intersect.
 """
 
 from bisect import bisect_left
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Interval:
     """Tensor `tensor` (an index) needs `nbytes` bytes from `first` to `last`
-    (inclusive launch steps), starting at a multiple of `alignment`."""
+    (inclusive phases), starting at a multiple of `alignment`."""
 
     tensor: int
     first: int
@@ -24,32 +26,6 @@ class Interval:
     nbytes: int
     alignment: int
     kind: str
-
-
-def compute(kinds, nbytes, launches, n_steps, alignment):
-    """kinds/nbytes: per tensor (None kind = not in the arena); launches: (reads, writes)
-    per step. Returns one Interval per arena tensor, ordered by tensor index."""
-    end = max(n_steps - 1, 0)
-    first, last = {}, {}
-    for step, (reads, writes) in enumerate(launches):
-        for t in writes:
-            first.setdefault(t, step)
-            last[t] = max(last.get(t, step), step)
-        for t in reads:
-            last[t] = max(last.get(t, step), step)
-    out = []
-    for t, kind in enumerate(kinds):
-        if kind is None:
-            continue
-        if kind == "input":
-            f, l = 0, last.get(t, 0)
-        elif kind in ("constant", "output"):
-            f, l = (0 if kind == "constant" else first.get(t, 0)), end
-        else:
-            f = first.get(t, 0)
-            l = last.get(t, f)
-        out.append(Interval(t, f, l, nbytes[t], alignment, kind))
-    return out
 
 
 class _SortedInts:

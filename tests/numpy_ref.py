@@ -110,6 +110,34 @@ def global_avgpool(x):
     return x.astype(np.float64).mean(axis=tuple(range(2, x.ndim)), keepdims=True)
 
 
+def slice_(x, starts, ends, axes=None, steps=None):
+    """ONNX Slice for positive steps: negative starts/ends count from the end, and both
+    are clamped to the dimension (as Python's slices are)."""
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    idx = [slice(None)] * x.ndim
+    for a, b, e, s in zip(axes, starts, ends, steps):
+        idx[a] = slice(b, e, s)
+    return x[tuple(idx)]
+
+
+def split(x, axis=0, split=None):
+    cuts = np.cumsum(split)[:-1]
+    return np.split(x, cuts, axis=axis)
+
+
+def pad(x, pads, value=0.0):
+    """ONNX Pad, constant mode: pads = [begin of each axis..., end of each axis...]."""
+    r = x.ndim
+    return np.pad(x, [(pads[i], pads[i + r]) for i in range(r)], constant_values=value)
+
+
+def reduce(op, x, axes=None, keepdims=1):
+    f = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}[op]
+    axes = tuple(range(x.ndim)) if axes is None else tuple(a % x.ndim for a in axes)
+    return f(x.astype(np.float64), axis=axes, keepdims=bool(keepdims))
+
+
 def reshape(x, shape):
     shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
     return x.reshape(shape)
@@ -125,39 +153,57 @@ def evaluate(graph, feeds):
     env = dict(feeds)
     env.update({c.name: c.data for c in graph.constants})
     for n in graph.nodes:  # example graphs are listed in topological order
-        a = n.attr_dict
-        xs = [env[i] for i in n.inputs]
-        if n.op in ("add", "sub", "mul", "div"):
-            y = binary(n.op, *xs)
-        elif n.op in ("relu", "sigmoid", "tanh", "erf", "exp", "sqrt", "gelu", "identity"):
-            y = unary(n.op, xs[0], a.get("approximate", "none"))
-        elif n.op == "matmul":
-            y = xs[0].astype(np.float64) @ xs[1].astype(np.float64)
-        elif n.op == "gemm":
-            y = gemm(*xs, **a)
-        elif n.op == "softmax":
-            y = softmax(xs[0], a.get("axis", -1))
-        elif n.op == "layernorm":
-            y = layernorm(*xs, **a)
-        elif n.op == "batchnorm":
-            y = batchnorm(*xs, **a)
-        elif n.op == "conv2d":
-            y = conv2d(*xs, **a)
-        elif n.op == "maxpool":
-            y = maxpool(xs[0], **a)
-        elif n.op == "avgpool":
-            y = avgpool(xs[0], **a)
-        elif n.op == "global_avgpool":
-            y = global_avgpool(xs[0])
-        elif n.op == "reshape":
-            y = reshape(xs[0], a["shape"])
-        elif n.op == "flatten":
-            y = flatten(xs[0], a.get("axis", 1))
-        elif n.op == "transpose":
-            y = np.transpose(xs[0], a.get("perm"))
-        elif n.op == "concat":
-            y = np.concatenate(xs, axis=a.get("axis", 0))
-        else:
-            raise KeyError(n.op)
-        env[n.outputs[0]] = np.asarray(y)
+        ys = node(n, [env[i] for i in n.inputs])
+        env.update(zip(n.outputs, ys))
     return {o: env[o] for o in graph.outputs}
+
+
+def node(n, xs):
+    """One node's outputs (a list) from its input arrays."""
+    a = n.attr_dict
+    if n.op in ("add", "sub", "mul", "div"):
+        y = binary(n.op, *xs)
+    elif n.op in ("relu", "sigmoid", "tanh", "erf", "exp", "sqrt", "gelu", "identity"):
+        y = unary(n.op, xs[0], a.get("approximate", "none"))
+    elif n.op == "leaky_relu":
+        x = xs[0].astype(np.float64)
+        y = np.where(x >= 0, x, a.get("alpha", 0.01) * x)
+    elif n.op == "matmul":
+        y = xs[0].astype(np.float64) @ xs[1].astype(np.float64)
+    elif n.op == "gemm":
+        y = gemm(*xs, **a)
+    elif n.op == "softmax":
+        y = softmax(xs[0], a.get("axis", -1))
+    elif n.op == "layernorm":
+        y = layernorm(*xs, **a)
+    elif n.op == "batchnorm":
+        y = batchnorm(*xs, **a)
+    elif n.op == "conv2d":
+        y = conv2d(*xs, **a)
+    elif n.op == "maxpool":
+        y = maxpool(xs[0], **a)
+    elif n.op == "avgpool":
+        y = avgpool(xs[0], **a)
+    elif n.op == "global_avgpool":
+        y = global_avgpool(xs[0])
+    elif n.op == "reshape":
+        y = reshape(xs[0], a["shape"])
+    elif n.op == "flatten":
+        y = flatten(xs[0], a.get("axis", 1))
+    elif n.op == "transpose":
+        y = np.transpose(xs[0], a.get("perm"))
+    elif n.op == "concat":
+        y = np.concatenate(xs, axis=a.get("axis", 0))
+    elif n.op == "slice":
+        y = slice_(xs[0], **a)
+    elif n.op == "split":
+        return [np.asarray(v) for v in split(xs[0], a.get("axis", 0), a["split"])]
+    elif n.op == "pad":
+        y = pad(xs[0], a["pads"], a.get("value", 0.0))
+    elif n.op in ("reduce_sum", "reduce_mean", "reduce_max"):
+        y = reduce(n.op, xs[0], a.get("axes"), a.get("keepdims", 1))
+    elif n.op == "global_maxpool":
+        y = xs[0].max(axis=tuple(range(2, xs[0].ndim)), keepdims=True)
+    else:
+        raise KeyError(n.op)
+    return [np.asarray(y)]

@@ -1,0 +1,79 @@
+"""Random model graphs through the whole compiler and executor, against an independent
+float64 numpy evaluation (tests/fuzz/graph_gen.py; tests/numpy_ref.py). A fixed set of
+seeds, so a failure reproduces on every run: `python scripts/fuzz_graphs.py --start
+SEED --seeds 1` runs one graph under every variant, and `--save-bad DIR` writes it out
+as a model.json for `aotplan check`.
+
+The default run takes SEEDS under the QUICK variants (sink, fused, kernel with every
+sharing option off, with concat placement forced, with blocked storage formats); the
+slow tier takes more seeds under every variant.
+"""
+
+import numpy as np
+import pytest
+
+import graph_gen
+from conftest import compile_and_load
+
+SEEDS = range(8)
+SLOW_SEEDS = range(8, 40)
+
+
+def _run(graph, feeds):
+    def compile_and_run(g, launch, opts):
+        _, sess = compile_and_load(g, launch=launch, **opts)
+        return sess.run(feeds)
+    return compile_and_run
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_graph_matches_numpy_under_each_launch_mode(seed):
+    graph, feeds, want = graph_gen.random_graph(seed)
+    fails = graph_gen.check(graph, feeds, want, graph_gen.variants(graph_gen.QUICK), _run(graph, feeds))
+    assert not fails, f"seed {seed} ({[n.op for n in graph.nodes]}):\n" + "\n".join(fails)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SLOW_SEEDS)
+def test_random_graph_matches_numpy_under_every_variant(seed):
+    graph, feeds, want = graph_gen.random_graph(seed)
+    fails = graph_gen.check(graph, feeds, want, graph_gen.variants(), _run(graph, feeds))
+    assert not fails, f"seed {seed} ({[n.op for n in graph.nodes]}):\n" + "\n".join(fails)
+
+
+def test_generator_is_deterministic_and_covers_the_ops():
+    a, b = graph_gen.random_graph(3), graph_gen.random_graph(3)
+    assert a[0] == b[0] or repr(a[0]) == repr(b[0])
+    for k in a[2]:
+        np.testing.assert_array_equal(a[2][k], b[2][k])
+    ops = {n.op for s in range(40) for n in graph_gen.random_graph(s)[0].nodes}
+    want = {"conv2d", "matmul", "gemm", "concat", "split", "slice", "pad", "reshape", "transpose", "softmax",
+            "layernorm", "batchnorm", "maxpool", "avgpool", "add", "mul", "div"}
+    assert want <= ops, sorted(want - ops)
+
+
+def test_check_reports_a_wrong_element_an_error_and_a_drift_between_variants():
+    """The checker itself: it must fail on a wrong number, on a variant that raises, and
+    on a byte-moving variant whose outputs differ from its mode's default by one ulp."""
+    graph, feeds, want = graph_gen.random_graph(0)
+    name = next(iter(want))
+    right = {k: v.astype(np.float32) for k, v in want.items()}
+
+    def wrong(g, launch, opts):
+        out = {k: v.copy() for k, v in right.items()}
+        out[name].flat[0] += 1.0 + abs(out[name].flat[0])
+        return out
+    fails = graph_gen.check(graph, feeds, want, graph_gen.variants(["kernel"]), wrong)
+    assert len(fails) == 1 and "elements off" in fails[0] and name in fails[0], fails
+
+    def boom(g, launch, opts):
+        raise RuntimeError("no")
+    assert graph_gen.check(graph, feeds, want, graph_gen.variants(["sink"]), boom) == ["sink: RuntimeError: no"]
+
+    def drift(g, launch, opts):
+        out = {k: v.copy() for k, v in right.items()}
+        if opts:
+            out[name].flat[0] = np.nextafter(out[name].flat[0], np.float32(np.inf))
+        return out
+    fails = graph_gen.check(graph, feeds, want, graph_gen.variants(["kernel", "kernel/naive"]), drift)
+    assert fails == [f"kernel/naive: output {name!r} is not bit-identical to kernel's"], fails
