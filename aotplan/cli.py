@@ -177,6 +177,8 @@ def _load_model(model, input_shapes):
     return model_json.load(model)
 
 
+_FREEZE_HELP = ("Make a graph input a constant with these values (repeatable). Needed for inputs that decide "
+                "shapes, such as an ONNX Reshape's shape fed as a graph input: plans have static shapes.")
 _INPUT_SHAPE_HELP = "For ONNX models: fix an input's shape, e.g. --input-shape input=1,3,224,224 (repeatable)."
 _PASS_NAMES = ("fold", "identity", "bn_fold", "weight_layout", "cse", "dce")  # = compiler.pipeline.CLEANUP_PASSES (tested);
 # spelt out here because the CLI must not import the compiler on hosts that only replay
@@ -197,9 +199,7 @@ _LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.plan.LAUNCH_MODES (test
               help="Where weights live: a read-only constant pool of typed device arrays (default) "
                    "or the arena's static region.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=_INPUT_SHAPE_HELP)
-@click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy",
-              help="Make a graph input a constant with these values (repeatable). Needed for inputs that decide "
-                   "shapes, such as an ONNX Reshape's shape fed as a graph input: plans have static shapes.")
+@click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy", help=_FREEZE_HELP)
 @click.option("--disable-pass", "disabled", multiple=True, type=click.Choice(_PASS_NAMES),
               help="Switch off a graph clean-up pass (repeatable): constant folding, identity/dropout removal, "
                    "batchnorm folding, conv weights stored in the layout the CPU's convolutions read "
@@ -358,8 +358,10 @@ def import_group():
 @click.argument("model", type=_Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=_Path(dir_okay=False), help="model.json to write.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=_INPUT_SHAPE_HELP)
+@click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy",
+              help=_FREEZE_HELP + " The model.json holds them as constants.")
 @_handle_errors
-def import_onnx(model, output, input_shapes):
+def import_onnx(model, output, input_shapes, frozen):
     """Convert an ONNX MODEL to model.json (weights in an .npz beside it).
 
     Needs the onnx package: pip install 'aotplan[onnx]'.
@@ -371,11 +373,19 @@ def import_onnx(model, output, input_shapes):
 
     stem = os.path.splitext(os.path.basename(output))[0]
     weights = f"{stem}.weights.npz"
-    refuse_overwriting(output, {"ONNX model": model}, "-o")
-    refuse_overwriting(os.path.join(os.path.dirname(os.path.abspath(output)), weights), {"ONNX model": model},
+    reads = {"ONNX model": model}
+    for spec in frozen:
+        name, path = _split_spec(spec, "--freeze-input")
+        reads[f"--freeze-input {name} file"] = path
+    refuse_overwriting(output, reads, "-o")
+    refuse_overwriting(os.path.join(os.path.dirname(os.path.abspath(output)), weights), reads,
                        f"the weights file of -o {output!r},")
     _refuse_unwritable(output, f"{output!r}")
     graph, _ = onnx_import.load(model, _parse_shapes(input_shapes))
+    if frozen:
+        from compiler.passes import fold
+
+        graph = fold.freeze_inputs(graph, _frozen_values(frozen, graph))
     from compiler import pipeline
 
     pipeline.prepare(graph)  # checked as `compile` checks it (structure, shapes): no model.json it would refuse

@@ -178,6 +178,8 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
         raise PlanError(f"executor.load: jobs must be None or a positive int, got {type(jobs).__name__} "
                         f"{_short(jobs)}")
     _check_progress(progress, "executor.load")
+    if cache_dir is not None:
+        _check_cache_dir(cache_dir, "executor.load")
     device = resolve_device(device)
     trust_key = _trust_key(trust_key)
     cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
@@ -213,6 +215,7 @@ def enable_cache(cache_dir, device=None):
     `/abs/cache` were two caches. On a CPU (`device`, and JAX's default backend), that
     GPU cache is left off unless JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES says otherwise,
     so the keys do not hold the path at all and a copied or moved cache still serves."""
+    _check_cache_dir(cache_dir, "enable_cache")
     cache_dir = os.path.realpath(cache_dir)
     if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
         raise PlanError(f"cannot use compilation cache {cache_dir!r}: it is a file, not a directory")
@@ -226,6 +229,12 @@ def enable_cache(cache_dir, device=None):
     jax.config.update("jax_compilation_cache_dir", cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def _check_cache_dir(cache_dir, who):
+    if not isinstance(cache_dir, (str, os.PathLike)) or not os.fspath(cache_dir):
+        raise PlanError(f"{who}: cache_dir must be a folder's path (a non-empty str or os.PathLike), got "
+                        f"{type(cache_dir).__name__} {_short(cache_dir)}")
 
 
 CPU_DISPATCH = ("sync", "async")

@@ -6,6 +6,7 @@ closed that was not the caller's plan file)."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ import pytest
 import executor
 from aotplan import codec
 from aotplan.errors import PlanError
+from executor import session
 from conftest import EXAMPLES, ROOT
 
 KEY = b"k" * 32
@@ -295,6 +297,17 @@ def test_progress_must_be_callable_and_device_outputs_a_boolean(plan_files, exam
         with pytest.raises(FeedError, match=rf"^device_outputs must be True or False, got {type(bad).__name__}"):
             sess.run(feeds, device_outputs=bad)
     assert isinstance(sess.run(feeds, device_outputs=np.bool_(False))[sess.output_specs[0][0]], np.ndarray)
+
+
+def test_cache_dir_must_be_a_path(plan_files):
+    """cache_dir=5 was a bare TypeError from os.path.realpath, after the device was set up."""
+    missing = str(plan_files["sink"]) + ".missing"  # checked before the file is read
+    for bad, shown in ((5, "int 5"), (b"cache", "bytes b'cache'"), ("", "str ''")):
+        with pytest.raises(PlanError, match=rf"^executor.load: cache_dir must be a folder's path \(a non-empty str "
+                                            rf"or os.PathLike\), got {re.escape(shown)}$"):
+            executor.load(missing, cache_dir=bad)
+    with pytest.raises(PlanError, match=r"^enable_cache: cache_dir must be a folder's path"):
+        session.enable_cache(None)
 
 
 @pytest.mark.skipif(not ON_CPU, reason="the plans are compiled for this host's GPU: a CPU device refuses them")

@@ -293,3 +293,34 @@ def test_model_without_a_default_opset_is_refused(tmp_path):
     r = _compile(tmp_path / "m.onnx")
     assert r.exit_code == 2 and "model imports no opset of the default ONNX domain (its opset_import lists none)" \
         in r.output, r.output
+
+
+def test_import_freezes_a_shape_deciding_input(tmp_path):
+    """A Reshape whose shape is a graph input: `import onnx --freeze-input` writes a
+    model.json with that input as a constant, and the plan compiled from it gives
+    onnxruntime's numbers (the import had no --freeze-input, though its error named it)."""
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    _tiny(tmp_path / "m.onnx", [helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("Relu", ["r"], ["y"])],
+          inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]), s],
+          outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
+    np.save(tmp_path / "s.npy", np.array([2, 2], np.int64))
+    cmd = ["import", "onnx", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.json")]
+    r = CliRunner().invoke(main, cmd)
+    assert r.exit_code == 2 and "input 's' (shape) must be known at compile time" in r.output, r.output
+    assert "--freeze-input" in r.output, r.output
+    r = CliRunner().invoke(main, cmd + ["--freeze-input", f"s={tmp_path / 's.npy'}"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert [t["name"] for t in doc["inputs"]] == ["x"], doc["inputs"]
+    r = CliRunner().invoke(main, ["import", "onnx", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "s.npy"),
+                                  "--freeze-input", f"s={tmp_path / 's.npy'}"])
+    assert r.exit_code == 2 and "--freeze-input s file" in r.output, r.output
+    plan = str(tmp_path / "m.plan")
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "m.json"), "-o", plan])
+    assert r.exit_code == 0, r.output
+    import executor
+
+    x = R.standard_normal((1, 4)).astype(np.float32)
+    got = executor.load(plan).run({"x": x})["y"]
+    want = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"x": x, "s": np.array([2, 2], np.int64)})[0]
+    np.testing.assert_array_equal(got, want)
