@@ -267,7 +267,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     from aotplan.fileio import atomic_write
     from compiler import pipeline
 
-    opts = pipeline.Options(planner=planner or pipeline.DEFAULT_PLANNER, weights=weights or pipeline.DEFAULT_WEIGHTS,
+    opts = pipeline.Options(planner=pipeline.DEFAULT_PLANNER if planner is None else planner,  # ("" is refused)
+                            weights=weights or pipeline.DEFAULT_WEIGHTS,
                             disabled=frozenset(disabled), launch=launch, reuse=not no_kernel_reuse,
                             embed_native=embed_executables, inplace=not no_inplace, views=not no_views,
                             placement=placement,
@@ -276,6 +277,11 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                             **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}),
                             **({"inline_bytes": inline_bytes} if inline_bytes is not None else {}))
     key = codec.read_key(sign_key) if sign_key else None
+    given = {"--no-views": no_views, "--placement": placement != "auto", "--schedule": schedule != "memory",
+             "--no-conv-bands": no_conv_bands, "--fuse-min-flops": fuse_min_flops is not None,
+             "--inline-constants": inline_bytes is not None}
+    for flag, where in _ignored_options(launch, opts.weights, given):
+        click.echo(f"note: {flag} has no effect on this plan: it applies to {where}", err=True)
     bar = {}
 
     def on_start(n):
@@ -460,6 +466,8 @@ def _load_npy(spec, flag="--input", names=()):
         raise FeedError(f"{flag} {name}: {path!r} has {extra} bytes after its array's data (a second array "
                         f"appended to the file, or another file written over a longer one?); numpy reads only "
                         f"the first array: save one array per file")
+    if not a.dtype.isnative and a.dtype.fields is None:  # big-endian numbers, as some writers save them
+        a = a.astype(a.dtype.newbyteorder("="))
     return name, a
 
 
@@ -576,6 +584,18 @@ def _frozen_values(specs, graph):
             raise FeedError(f"--freeze-input {name}: given twice")
         values[name] = _as_bfloat16(a, f"--freeze-input {name}") if dtypes_.get(name) == "bfloat16" else a
     return values
+
+
+def _ignored_options(launch, weights, given):
+    """[(flag, where it applies)] for each option given ({flag: bool}) that this launch
+    mode and weights placement make moot: said, so that no one believes it took effect."""
+    applies = {"--no-views": (launch == "kernel", "kernel mode"), "--placement": (launch == "kernel", "kernel mode"),
+               "--schedule": (launch != "sink", "fused and kernel mode"),
+               "--no-conv-bands": (launch != "sink", "fused and kernel mode"),
+               "--fuse-min-flops": (launch == "fused", "fused mode"),
+               "--inline-constants": (launch != "kernel" and weights == "pool",
+                                      "sink and fused plans with weights in the pool")}
+    return [(flag, applies[flag][1]) for flag, on in given.items() if on and not applies[flag][0]]
 
 
 def _refuse_overwriting_inputs(output, flag, model, frozen, sign_key):

@@ -89,6 +89,8 @@ def _unicode(value, where):
 
 
 def _open_npz(path, where):
+    if os.path.isdir(path):
+        raise ModelError(f"{where}: weights file {path!r} is a directory, not an .npz archive")
     if not os.path.isfile(path):
         raise ModelError(f"{where}: weights file {path!r} not found")
     try:
@@ -141,24 +143,33 @@ def _reason(e, limit=200):
 
 
 def _check_declared(stored_dtype, stored_shape, dtype, shape, where):
+    """-> how to take the stored array as its declared dtype: None (as it is), "bits"
+    (a view: raw bits of the same width) or "byteswap" (the declared dtype in the other
+    byte order, as big-endian writers store it: converted)."""
     want = dtypes.np_dtype(dtype)
     if stored_shape != shape:
         raise ModelError(f"{where}: stored shape {stored_shape} != declared {shape}")
     if stored_dtype == want:
-        return False
+        return None
+    if not stored_dtype.isnative and stored_dtype.newbyteorder("=") == want:
+        return "byteswap"
     if (stored_dtype.kind in "uiV" and stored_dtype.itemsize == want.itemsize and stored_dtype.isnative
             and stored_dtype.fields is None and stored_dtype.subdtype is None
             and dtype in ("bfloat16", "float16", "bool")):
-        return True  # raw bits of the same width
+        return "bits"  # raw bits of the same width
     raise ModelError(f"{where}: stored dtype {stored_dtype} does not match declared dtype {dtype}")
 
 
 def _as_declared(arr, dtype, shape, where):
-    """View a stored weight as its declared dtype (raw bits of the same width allowed)."""
+    """A stored weight as its declared dtype (raw bits of the same width viewed, the
+    other byte order converted)."""
     if not isinstance(arr, np.ndarray):
         raise ModelError(f"{where}: stored value is not an array")
-    if not _check_declared(arr.dtype, tuple(arr.shape), dtype, shape, where):
+    how = _check_declared(arr.dtype, tuple(arr.shape), dtype, shape, where)
+    if how is None:
         return arr
+    if how == "byteswap":
+        return arr.astype(dtypes.np_dtype(dtype))
     out = np.asarray(arr, order="C").view(dtypes.np_dtype(dtype))
     if dtype == "bool" and np.any(out.view(np.uint8) > 1):
         raise ModelError(f"{where}: bool weight holds values other than 0 and 1")

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from aotplan.cli import main
-from conftest import EXAMPLES
+from conftest import EXAMPLES, one_error_line
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +46,13 @@ def test_replay_names_kernels_on_a_slower_path(mlp_plan, monkeypatch):
     assert "(stablehlo kernels; 1 of 1 compiled via exported.call (a slower path" in r.output, r.output
 
 
-def test_replay_input_file_matches_session(examples, mlp_plan, tmp_path):
+@pytest.mark.parametrize("order", ["<", ">"])  # (a big-endian .npy was refused as dtype >f4: now converted)
+def test_replay_input_file_matches_session(examples, mlp_plan, tmp_path, order):
     x = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "x.npy", x.astype(x.dtype.newbyteorder(order)))
     out = str(tmp_path / "o.npz")
-    r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={tmp_path / 'x.npy'}", "--steps", "1", "--output", out])
+    r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={tmp_path / 'x.npy'}", "--steps", "1",
+                                  "--output", out])
     assert r.exit_code == 0, r.output
     with np.load(out) as z:
         np.testing.assert_array_equal(z["probs"], examples["mlp"][2].run({"x": x})["probs"])
@@ -230,6 +232,9 @@ def _node(doc, name):
 
 BAD_MODELS = {
     "unknown op": (lambda d: _node(d, "relu1").update(op="swish"), r"node 'relu1': unknown op 'swish'"),
+    # the layout pass's own op: a model's transdata compiled, and gave scrambled outputs with exit 0
+    "internal op": (lambda d: _node(d, "relu1").update(op="transdata", attrs={"src": "nhwc", "dst": "default"}),
+                    r"node 'relu1': unknown op 'transdata' \(known: abs, add, .*, xor\)$"),
     "dangling input": (lambda d: _node(d, "fc2")["inputs"].__setitem__(0, "nope"),
                        r"node 'fc2': input 'nope' is not a graph input"),
     "cycle": (lambda d: _node(d, "fc1")["inputs"].__setitem__(0, "tanh2"), r"cycle: 'fc1' -> .*'fc1'"),
@@ -249,6 +254,9 @@ BAD_MODELS = {
     "unknown attribute": (lambda d: _node(d, "probs")["attrs"].update(axes=1),
                           r"node 'probs' \(softmax\): unknown attribute 'axes' \(accepted: axis, legacy_flatten\)"),
     "arity": (lambda d: _node(d, "relu1")["inputs"].append("x"), r"node 'relu1' \(relu\): takes 1 inputs, got 2"),
+    "empty input": (lambda d: _node(d, "fc1")["inputs"].__setitem__(1, ""),
+                    r"node 'fc1' \(gemm\): input 1 is empty \(\"\"\): only the optional inputs at the end"),
+    "empty planner": (lambda d: None, r"unknown planner '' \(known: best, "),
     "control character": (lambda d: _node(d, "relu1").update(outputs=["relu\n1"]),
                           r"node 'relu1'.outputs: name 'relu\\n1' holds a control character"),
 }
@@ -259,7 +267,8 @@ def test_bad_model_one_clear_error(tmp_path, case):
     mutate, pattern = BAD_MODELS[case]
     path = _model(tmp_path, mutate)
     out = tmp_path / "out.plan"
-    r = CliRunner().invoke(main, ["compile", path, "-o", str(out)])
+    r = CliRunner().invoke(main, ["compile", path, "-o", str(out)] + (["--planner", ""] if case == "empty planner"
+                                                                      else []))
     assert r.exit_code == 2, r.output
     assert "Traceback" not in r.output
     lines = [l for l in r.output.splitlines() if l.startswith("error:")]
@@ -623,3 +632,48 @@ def test_check_compares_float64_as_the_float32_it_is_computed_in():
 
     assert chk.tolerance("float64", None, None) == chk.tolerance("float32", None, None) != (0.0, 0.0)
     assert chk.tolerance("int64", None, None) == (0.0, 0.0)
+
+
+def test_weights_file_that_is_a_directory_or_big_endian(tmp_path):
+    """A weights 'file' that is a folder said 'not found'; big-endian float32 weights (valid
+    values, as other tools write them) were refused: now converted."""
+    path = _model(tmp_path, lambda d: None)
+    os.rename(tmp_path / "weights.npz", tmp_path / "w.npz")
+    os.mkdir(tmp_path / "weights.npz")
+    r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "o.plan")])
+    one_error_line(r, "weights file", "weights.npz' is a directory, not an .npz archive")
+    os.rmdir(tmp_path / "weights.npz")
+    with np.load(tmp_path / "w.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    np.savez(tmp_path / "weights.npz", **{k: v.astype(v.dtype.newbyteorder(">")) for k, v in arrays.items()})
+    from aotplan import model_json
+
+    graph, _ = model_json.load(path)
+    for c in graph.constants:
+        if c.name in arrays:
+            assert c.data.dtype.isnative and np.array_equal(c.data, arrays[c.name]), c.name
+
+
+def test_options_without_effect_on_the_launch_mode_are_noted(tmp_path, monkeypatch):
+    """--no-views with a sink plan (and the like) compiled without a word: now a note."""
+    from compiler import pipeline
+
+    def stop(*a, **k):
+        raise SystemExit(0)  # (the notes come before the compile: nothing to lower here)
+    monkeypatch.setattr(pipeline, "compile_graph", stop)
+    path = _model(tmp_path, lambda d: None)
+    r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "o.plan"), "--no-views", "--placement", "off",
+                                  "--fuse-min-flops", "5", "--no-conv-bands"])
+    notes = [l for l in r.output.splitlines() if l.startswith("note:")]
+    assert notes == ["note: --no-views has no effect on this plan: it applies to kernel mode",
+                     "note: --placement has no effect on this plan: it applies to kernel mode",
+                     "note: --no-conv-bands has no effect on this plan: it applies to fused and kernel mode",
+                     "note: --fuse-min-flops has no effect on this plan: it applies to fused mode"], r.output
+    r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "o.plan"), "--launch", "kernel",
+                                  "--no-views", "--placement", "off", "--inline-constants", "0"])
+    notes = [l for l in r.output.splitlines() if l.startswith("note:")]
+    assert notes == ["note: --inline-constants has no effect on this plan: it applies to sink and fused plans with "
+                     "weights in the pool"], r.output
+    r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "o.plan"), "--launch", "fused",
+                                  "--schedule", "default", "--fuse-min-flops", "0", "--no-conv-bands"])
+    assert "note:" not in r.output, r.output

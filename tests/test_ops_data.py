@@ -206,7 +206,11 @@ def test_slice_static_input_from_graph_input():
     ([("s", i64(0, 0)), ("e", i64(2, 2)), ("a", i64(1, -1))], r"repeats an axis"),
     ([("s", i64(0)), ("e", i64(2, 3))], r"starts \[0\] and ends \[2, 3\] differ in length"),
     ([("s", i64(0)), ("e", i64(2)), ("a", i64(2))], r"axes entry 2 is out of range for rank 2"),
-    ([("s", np.array([0.0], np.float32)), ("e", i64(2))], r"'starts' must be a list of (64-bit )?integers"),
+    # (the input is named, not the attribute it binds: the model has no attribute 'starts')
+    ([("s", np.array([0.0], np.float32)), ("e", i64(2))], r"input 's' \(starts\) must be a 1-D integer tensor, "
+                                                          r"got float32\[1\]"),
+    ([("s", i64(0)), ("e", np.array([[2]], np.int64))], r"input 'e' \(ends\) must be a 1-D integer tensor, "
+                                                        r"got int64\[1, 1\]"),
 ])
 def test_slice_errors(consts, match):
     raises(one_node_graph("slice", [("x", f32(3, 4))], consts), match=match)

@@ -252,3 +252,21 @@ def test_narrowest_cut_query_matches_a_scan():
     # crossing bytes too large for int64 keys: exact all the same
     huge = [2**61, 2**62 + 5, 2**61, 3]
     assert _Narrowest(huge)(0, 3) == 2 and _Narrowest(huge)(0, 4) == 3 and _Narrowest(huge)(1, 2) == 1
+
+
+def test_empty_names_at_the_end_of_the_inputs_are_omitted_optional_inputs():
+    """ONNX writes an omitted optional input as "": at the end of a node's inputs (gemm's
+    C, conv's bias) it is dropped, as if the list stopped before it; anywhere else (not a
+    static input) it is an error naming the position."""
+    from aotplan.errors import ModelError
+    from compiler.passes import validate
+
+    x, w = TensorInfo("x", "float32", (2, 3)), Constant("w", "float32", (3, 4), np.ones((3, 4), np.float32))
+    g = Graph("g", (x,), ("y",), (Node("n", "gemm", ("x", "w", ""), ("y",), freeze({})),), (w,))
+    assert validate.run(g).nodes[0].inputs == ("x", "w")
+    feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    np.testing.assert_allclose(reference.evaluate(g, feeds)["y"], feeds["x"] @ np.ones((3, 4)))
+    g = Graph("g", (x,), ("y",), (Node("n", "gemm", ("x", "", "w"), ("y",), freeze({})),), (w,))
+    with pytest.raises(ModelError, match=r"^node 'n' \(gemm\): input 1 is empty \(\"\"\): only the optional inputs at "
+                                         r"the end of the list, or a static input, may be omitted$"):
+        validate.run(g)

@@ -1,7 +1,7 @@
 """The op library: one registry; each op declares its shape/dtype rule and its JAX
 lowering. Importing this package registers every op."""
 
-from compiler.ops.registry import OPS, OpDef, get, register  # noqa: F401
+from compiler.ops.registry import OPS, OpDef, get, model_ops, register  # noqa: F401
 from compiler.ops import (  # noqa: F401  (registration)
     conv_transpose, data_ops, elementwise, math_ops, nn, pointwise, reduce_ops, resize, shape_ops,
 )

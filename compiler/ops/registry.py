@@ -15,6 +15,8 @@ An `OpDef` has:
   only ever see the dynamic inputs and the attributes. "" at a static position means
   absent (ONNX's convention for an omitted optional input).
 - `foldable`: constant folding may evaluate it at compile time.
+- `internal`: a compiler pass's own op (transdata, which the layout pass inserts), never
+  a model's: `validate` refuses it in a model as an unknown op (`model_ops()`).
 """
 
 import math
@@ -37,25 +39,32 @@ class OpDef:
     static_inputs: tuple = ()
     foldable: bool = True
     shape_value: object = None  # (node, input infos) -> output values, for ops like `shape`
+    internal: bool = False
 
     @property
     def static_positions(self):
         return {p: a for p, a in self.static_inputs}
 
 
-def register(name, arity, attrs=(), n_outputs=1, static_inputs=(), foldable=True, shape_value=None):
+def register(name, arity, attrs=(), n_outputs=1, static_inputs=(), foldable=True, shape_value=None,
+             internal=False):
     """`register(name, arity, attrs)((infer, lower))` adds an op to the registry."""
     def add(pair):
         infer, lower = pair
         all_attrs = tuple(attrs) + tuple(a for _, a in static_inputs if a not in attrs)
         OPS[name] = OpDef(name, infer, lower, arity, all_attrs, n_outputs, tuple(static_inputs), foldable,
-                          shape_value)
+                          shape_value, internal)
         return pair
     return add
 
 
 def get(name):
     return OPS.get(name)
+
+
+def model_ops():
+    """The names a model's nodes may use: every op but the passes' own, sorted."""
+    return sorted(n for n, op in OPS.items() if not op.internal)
 
 
 def fail(node, msg):

@@ -101,4 +101,4 @@ def _transdata_infer(node, ins):
 # transdata: a storage-format conversion the layout pass inserts (passes/layout.py). On
 # logical arrays (the reference, constant folding) it is the identity; kernels convert
 # device arrays (compiler/formats.py)
-register("transdata", (1, 1), ("src", "dst"))((_transdata_infer, lambda node, x: (x,)))
+register("transdata", (1, 1), ("src", "dst"), internal=True)((_transdata_infer, lambda node, x: (x,)))

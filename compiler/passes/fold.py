@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from aotplan import dtypes
-from aotplan.errors import LimitError, ModelError
+from aotplan.errors import LimitError, ModelError, ShapeError
 from aotplan.graph import Constant, TensorInfo, freeze
 from compiler import ops
 from compiler.passes import infer as infer_pass
@@ -135,6 +135,10 @@ def _static_closure(graph, order):
     return needed
 
 
+# static inputs whose values are numbers of the data's type; the others are integer lists
+_VALUE_STATICS = frozenset({"value", "min", "max", "roi", "scales"})
+
+
 def _bind(node, op, consts):
     if not op.static_inputs:
         return node, 0
@@ -150,6 +154,9 @@ def _bind(node, op, consts):
         if c is None:
             raise ModelError(f"node {node.name!r} ({node.op}): input {name!r} ({static[p]}) must be known at compile "
                              f"time, but it depends on a graph input (freeze it: --freeze-input NAME=FILE.npy)")
+        if static[p] not in _VALUE_STATICS and (c.data.dtype.kind not in "iu" or c.data.ndim > 1):
+            raise ShapeError(f"node {node.name!r} ({node.op}): input {name!r} ({static[p]}) must be a 1-D integer "
+                             f"tensor, got {c.dtype}{list(c.data.shape)}")
         attrs[static[p]] = c.data.item() if c.data.ndim == 0 else c.data.tolist()
         n += 1
     return dataclasses.replace(node, inputs=tuple(inputs), attrs=freeze(attrs)), n

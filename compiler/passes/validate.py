@@ -2,8 +2,9 @@
 
 Rejects (naming the node or tensor): unknown ops and attributes, wrong input counts, duplicate node or
 tensor names, names with control characters, inputs nobody produces, outputs nobody produces, cycles. Returns the
-graph with one change: a graph output that is a graph input or a constant gets an
-`identity` node, so that every output is written by a launch.
+graph with two changes: empty names (`""`) at the end of a node's inputs, ONNX's omitted
+optional inputs, are dropped; and a graph output that is a graph input or a constant
+gets an `identity` node, so that every output is written by a launch.
 """
 
 import dataclasses
@@ -39,15 +40,22 @@ def run(graph):
             raise ModelError(f"constant {c.name!r} clashes with the {producer[c.name]} of the same name")
         producer[c.name] = "constant"
     node_names = set()
+    nodes = []
     for n in graph.nodes:
         if n.name in node_names:
             raise ModelError(f"node name {n.name!r} is used twice")
         node_names.add(n.name)
         op = ops.get(n.op)
-        if op is None:
-            raise ModelError(f"node {n.name!r}: unknown op {n.op!r} (known: {', '.join(sorted(ops.OPS))})")
+        if op is None or op.internal:  # (an internal op is the layout pass's, on device formats: not a model's)
+            raise ModelError(f"node {n.name!r}: unknown op {n.op!r} (known: {', '.join(ops.model_ops())})")
         lo, hi = op.arity
         static = op.static_positions
+        ins = list(n.inputs)
+        while ins and ins[-1] == "" and len(ins) - 1 not in static:
+            ins.pop()  # omitted optional inputs at the end (ONNX's convention: gemm's C, conv's bias)
+        if len(ins) != len(n.inputs):
+            n = dataclasses.replace(n, inputs=tuple(ins))
+        nodes.append(n)
         n_dynamic = sum(1 for p, _ in enumerate(n.inputs) if p not in static)
         if not lo <= n_dynamic <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
@@ -68,11 +76,15 @@ def run(graph):
             if o in producer:
                 raise ModelError(f"node {n.name!r}: output {o!r} is already produced by {producer[o]}")
             producer[o] = f"node {n.name!r}"
+    graph = dataclasses.replace(graph, nodes=tuple(nodes))
     for n in graph.nodes:
         static = ops.get(n.op).static_positions
         for p, i in enumerate(n.inputs):
             if i == "" and p in static:
                 continue  # an omitted optional input
+            if i == "":
+                raise ModelError(f"node {n.name!r} ({n.op}): input {p} is empty (\"\"): only the optional inputs "
+                                 f"at the end of the list, or a static input, may be omitted")
             if i not in producer:
                 raise ModelError(f"node {n.name!r}: input {i!r} is not a graph input, constant or node output")
     for o in graph.outputs:

@@ -665,7 +665,7 @@ HEADER_PIECES = [b"{", b"}", b"'descr'", b"'<f4'", b"'<f8'", b"'O'", b"'|V4'", b
                  b"B'fortran_order'", b"False", b"True", b"'shape'", b"(", b")", b"((", b",", b":", b"4", b"32",
                  b"-1", b"99999999999999999999999", b"1e9", b"None", b"[", b"]", b"\"", b"'", b"\\", b"#", b"\n",
                  b" ", b"lambda", b"\xff", b"'<U'"]
-BAD_DTYPES = ["float64", "float16", "int32", "int64", "uint8", "bool", "complex64", ">f4", "V4", "U1", "S4",
+BAD_DTYPES = ["float64", "float16", "int32", "int64", "uint8", "bool", "complex64", ">f8", "V4", "U1", "S4",
               "datetime64[s]", [("a", "<f4")], [("a", "<u2"), ("b", "<u2")]]
 
 
