@@ -6,7 +6,8 @@ must also agree bit for bit. The CI run (tests/fuzz/test_graph_fuzz.py) takes a 
 fixed seeds; this runs as many as you like.
 
     python scripts/fuzz_graphs.py --seeds 200 [--start 0] [--max-nodes 12] [--quick]
-        [--variant kernel/naive ...] [--save-bad DIR] [--stop-after N]
+        [--dtype float32 --dtype float16 --dtype bfloat16] [--variant kernel/naive ...]
+        [--save-bad DIR] [--stop-after N]
 
 Each seed is one graph; prints a line per failing seed (the seed reproduces it) and a
 summary; exits 1 if any failed. --save-bad writes each failing graph as DIR/fuzzSEED/
@@ -54,6 +55,8 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=100, help="graphs to try (default 100)")
     ap.add_argument("--start", type=int, default=0, help="first seed (default 0)")
     ap.add_argument("--max-nodes", type=int, default=12, help="nodes per graph, at most (default 12)")
+    ap.add_argument("--dtype", choices=sorted(graph_gen.RTOL), action="append",
+                    help="the graphs' dtype (repeatable: seeds take them in turn; default float32)")
     ap.add_argument("--quick", action="store_true", help="only the variants the CI run takes: "
                     + ", ".join(graph_gen.QUICK))
     ap.add_argument("--variant", action="append", help="only this variant (repeatable); names: "
@@ -69,13 +72,15 @@ def main(argv=None):
     ops = collections.Counter()
     failed = []
     t0 = time.perf_counter()
+    kinds = a.dtype or ["float32"]
     for seed in range(a.start, a.start + a.seeds):
-        graph, feeds, want = graph_gen.random_graph(seed, a.max_nodes)
+        graph, feeds, want = graph_gen.random_graph(seed, a.max_nodes, kinds[seed % len(kinds)])
         ops.update(n.op for n in graph.nodes)
         fails = graph_gen.check(graph, feeds, want, vs, lambda g, m, o: compile_and_run(g, m, o, feeds))
         if fails:
             failed.append(seed)
-            print(f"seed {seed}: {len(graph.nodes)} nodes, {len(fails)} failures", flush=True)
+            print(f"seed {seed} ({graph.inputs[0].dtype}): {len(graph.nodes)} nodes, {len(fails)} failures",
+                  flush=True)
             for f in fails:
                 print(f"    {f}", flush=True)
             if a.save_bad:

@@ -4,7 +4,7 @@ seeds, so a failure reproduces on every run: `python scripts/fuzz_graphs.py --st
 SEED --seeds 1` runs one graph under every variant, and `--save-bad DIR` writes it out
 as a model.json for `aotplan check`.
 
-The default run takes SEEDS under the QUICK variants (sink, fused, kernel with every
+The default run takes SEEDS (float32, float16 and bfloat16 graphs) under the QUICK variants (sink, fused, kernel with every
 sharing option off, with concat placement forced, with blocked storage formats); the
 slow tier takes more seeds under every variant.
 """
@@ -15,8 +15,8 @@ import pytest
 import graph_gen
 from conftest import compile_and_load
 
-SEEDS = range(8)
-SLOW_SEEDS = range(8, 40)
+SEEDS = [(s, "float32") for s in range(8)] + [(8, "float16"), (9, "bfloat16"), (10, "float16"), (11, "bfloat16")]
+SLOW_SEEDS = [(s, ("float32", "float16", "bfloat16")[s % 3]) for s in range(12, 45)]
 
 
 def _run(graph, feeds):
@@ -26,17 +26,17 @@ def _run(graph, feeds):
     return compile_and_run
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_random_graph_matches_numpy_under_each_launch_mode(seed):
-    graph, feeds, want = graph_gen.random_graph(seed)
+@pytest.mark.parametrize("seed,dtype", SEEDS)
+def test_random_graph_matches_numpy_under_each_launch_mode(seed, dtype):
+    graph, feeds, want = graph_gen.random_graph(seed, dtype=dtype)
     fails = graph_gen.check(graph, feeds, want, graph_gen.variants(graph_gen.QUICK), _run(graph, feeds))
     assert not fails, f"seed {seed} ({[n.op for n in graph.nodes]}):\n" + "\n".join(fails)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", SLOW_SEEDS)
-def test_random_graph_matches_numpy_under_every_variant(seed):
-    graph, feeds, want = graph_gen.random_graph(seed)
+@pytest.mark.parametrize("seed,dtype", SLOW_SEEDS)
+def test_random_graph_matches_numpy_under_every_variant(seed, dtype):
+    graph, feeds, want = graph_gen.random_graph(seed, dtype=dtype)
     fails = graph_gen.check(graph, feeds, want, graph_gen.variants(), _run(graph, feeds))
     assert not fails, f"seed {seed} ({[n.op for n in graph.nodes]}):\n" + "\n".join(fails)
 
@@ -46,6 +46,9 @@ def test_generator_is_deterministic_and_covers_the_ops():
     assert a[0] == b[0] or repr(a[0]) == repr(b[0])
     for k in a[2]:
         np.testing.assert_array_equal(a[2][k], b[2][k])
+    g, feeds, _ = graph_gen.random_graph(3, dtype="bfloat16")
+    assert {t.dtype for t in g.inputs} | {c.dtype for c in g.constants} == {"bfloat16"}
+    assert {str(v.dtype) for v in feeds.values()} == {"bfloat16"}
     ops = {n.op for s in range(40) for n in graph_gen.random_graph(s)[0].nodes}
     want = {"conv2d", "matmul", "gemm", "concat", "split", "slice", "pad", "reshape", "transpose", "softmax",
             "layernorm", "batchnorm", "maxpool", "avgpool", "add", "mul", "div"}
@@ -65,6 +68,13 @@ def test_check_reports_a_wrong_element_an_error_and_a_drift_between_variants():
         return out
     fails = graph_gen.check(graph, feeds, want, graph_gen.variants(["kernel"]), wrong)
     assert len(fails) == 1 and "elements off" in fails[0] and name in fails[0], fails
+
+    def nan(g, launch, opts):  # (a comparison with NaN is false: "err > tol" had let it through)
+        out = {k: v.copy() for k, v in right.items()}
+        out[name].flat[-1] = np.nan
+        return out
+    fails = graph_gen.check(graph, feeds, want, graph_gen.variants(["kernel"]), nan)
+    assert len(fails) == 1 and "1 of" in fails[0] and name in fails[0], fails
 
     def boom(g, launch, opts):
         raise RuntimeError("no")
