@@ -164,17 +164,32 @@ def _parse_shapes(specs):
     return shapes
 
 
-def _load_model(model, input_shapes):
-    """model.json or .onnx -> (Graph, digest)."""
+def _load_model(model, input_shapes, frozen=()):
+    """model.json or .onnx -> (Graph, digest), with the --freeze-input values (`frozen`:
+    NAME=FILE.npy specs) made constants (an ONNX model's declared outputs are checked
+    after that, when every shape is known)."""
+    from aotplan import model_json
+
     if model.lower().endswith(".onnx"):
         from compiler.frontends import onnx_import
 
-        return onnx_import.load(model, _parse_shapes(input_shapes))
+        return onnx_import.load(model, _parse_shapes(input_shapes), freeze=_freezer(frozen))
     if input_shapes:
         raise AotplanError("--input-shape applies to ONNX models; model.json shapes are already static")
-    from aotplan import model_json
+    graph, digest = model_json.load(model)
+    if frozen:
+        graph = _freezer(frozen)(graph)
+        digest = model_json.graph_digest(graph)
+    return graph, digest
 
-    return model_json.load(model)
+
+def _freezer(frozen):
+    """--freeze-input specs -> graph -> the graph with those inputs made constants."""
+    def freeze(graph):
+        from compiler.passes import fold
+
+        return fold.freeze_inputs(graph, _frozen_values(frozen, graph)) if frozen else graph
+    return freeze
 
 
 _FREEZE_HELP = ("Make a graph input a constant with these values (repeatable). Needed for inputs that decide "
@@ -279,9 +294,9 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     key = codec.read_key(sign_key) if sign_key else None
     given = {"--no-views": no_views, "--placement": placement != "auto", "--schedule": schedule != "memory",
              "--no-conv-bands": no_conv_bands, "--fuse-min-flops": fuse_min_flops is not None,
-             "--inline-constants": inline_bytes is not None}
+             "--inline-constants": inline_bytes is not None, "--no-kernel-reuse": no_kernel_reuse}
     for flag, where in _ignored_options(launch, opts.weights, given):
-        click.echo(f"note: {flag} has no effect on this plan: it applies to {where}", err=True)
+        click.echo(f"note: {flag} does not change this plan's launches or arena: it applies to {where}", err=True)
     bar = {}
 
     def on_start(n):
@@ -296,13 +311,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     else:
         _refuse_unwritable(".", "the plan in the current folder (no -o given)", folder=True)
     try:
-        graph, digest = _load_model(model, input_shapes)
-        if frozen:
-            from aotplan import model_json
-            from compiler.passes import fold
-
-            graph = fold.freeze_inputs(graph, _frozen_values(frozen, graph))
-            digest = model_json.graph_digest(graph)
+        graph, digest = _load_model(model, input_shapes, frozen)
         res = pipeline.compile_graph(graph, digest, opts, progress=lambda k: "b" in bar and bar["b"].update(k),
                                      on_start=on_start)
     finally:
@@ -387,11 +396,7 @@ def import_onnx(model, output, input_shapes, frozen):
     refuse_overwriting(os.path.join(os.path.dirname(os.path.abspath(output)), weights), reads,
                        f"the weights file of -o {output!r},")
     _refuse_unwritable(output, f"{output!r}")
-    graph, _ = onnx_import.load(model, _parse_shapes(input_shapes))
-    if frozen:
-        from compiler.passes import fold
-
-        graph = fold.freeze_inputs(graph, _frozen_values(frozen, graph))
+    graph, _ = onnx_import.load(model, _parse_shapes(input_shapes), freeze=_freezer(frozen))
     from compiler import pipeline
 
     pipeline.prepare(graph)  # checked as `compile` checks it (structure, shapes): no model.json it would refuse
@@ -588,10 +593,13 @@ def _frozen_values(specs, graph):
 
 def _ignored_options(launch, weights, given):
     """[(flag, where it applies)] for each option given ({flag: bool}) that this launch
-    mode and weights placement make moot: said, so that no one believes it took effect."""
+    mode and weights placement make moot: said, so that no one believes it took effect.
+    (--no-views and --placement still shape the model's "with sharing" bound the plan
+    reports, which every mode computes as kernel mode would.)"""
     applies = {"--no-views": (launch == "kernel", "kernel mode"), "--placement": (launch == "kernel", "kernel mode"),
                "--schedule": (launch != "sink", "fused and kernel mode"),
                "--no-conv-bands": (launch != "sink", "fused and kernel mode"),
+               "--no-kernel-reuse": (launch != "sink", "fused and kernel mode"),
                "--fuse-min-flops": (launch == "fused", "fused mode"),
                "--inline-constants": (launch != "kernel" and weights == "pool",
                                       "sink and fused plans with weights in the pool")}
@@ -870,13 +878,7 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, trus
 
     key = codec.read_key(trust_key) if trust_key else codec.env_key()
     plan, trusted = codec.read_checked(plan_path, key, require_signature)
-    graph, digest = _load_model(model, input_shapes)
-    if frozen:
-        from aotplan import model_json
-        from compiler.passes import fold
-
-        graph = fold.freeze_inputs(graph, _frozen_values(frozen, graph))
-        digest = model_json.graph_digest(graph)
+    graph, digest = _load_model(model, input_shapes, frozen)
     if digest != plan.provenance.model_digest:
         raise AotplanError(_not_compiled_from(plan, plan_path, graph, model, digest, frozen))
     opts = pipeline.Options(planner=plan.planner, weights=plan.weights, launch="kernel",

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tokenize
 import zipfile
 import zlib
@@ -348,12 +349,16 @@ def _no_duplicate_keys(pairs):
 
 
 def graph_digest(graph):
-    """sha256 over the graph's structure and constant bytes (independent of file paths)."""
+    """sha256 over the graph's structure and constant bytes (independent of file paths,
+    and of the byte order a constant's array happens to have: its little-endian bytes)."""
     h = hashlib.sha256()
     h.update(repr((graph.name, graph.inputs, graph.outputs, graph.nodes)).encode())
     for c in sorted(graph.constants, key=lambda c: c.name):
         h.update(repr((c.name, c.dtype, c.shape)).encode())
-        h.update(np.asarray(c.data, order="C").tobytes())
+        a = np.asarray(c.data, order="C")
+        if a.dtype.byteorder == ">" or (a.dtype.byteorder == "=" and sys.byteorder == "big"):
+            a = a.astype(a.dtype.newbyteorder("<"))
+        h.update(a.tobytes())
     return h.hexdigest()
 
 

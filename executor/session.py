@@ -722,6 +722,8 @@ class Session:
             if a.dtype.hasobject:
                 raise FeedError(f"input {t.name!r}: an array of Python objects ({a.dtype}{list(a.shape)}); "
                                 f"expected {t.dtype}{list(t.shape)}")
+            if not a.dtype.isnative and a.dtype.newbyteorder("=") == dtypes.np_dtype(t.dtype):
+                a = a.astype(a.dtype.newbyteorder("="))  # big-endian numbers (copied, as when staged)
             ok = a.dtype == dtypes.np_dtype(t.dtype) or (t.dtype == "int64" and a.dtype == np.int32)
             if not ok or tuple(a.shape) != t.shape:
                 raise FeedError(f"input {t.name!r}: expected {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}")
@@ -755,8 +757,8 @@ class Session:
         the storage dtype (int64 inputs are stored as int32) on the session's device,
         which skip the host copy.
         Outputs are numpy arrays of the logical dtype, or with `device_outputs=True`
-        device arrays of the storage dtype, left on the device. Non-contiguous numpy
-        arrays are accepted (copied while staging); NaN and Inf are values like any
+        device arrays of the storage dtype, left on the device. Non-contiguous and
+        big-endian numpy arrays are accepted (copied while staging); NaN and Inf are values like any
         other. Safe to call from several threads: steps are serialized."""
         if _forks != self._forks:
             self._check_process("Session.run")

@@ -37,8 +37,11 @@ def test_plain_feeds_pass_as_they_are_and_the_rest_take_the_full_check(examples)
     staged = sess.check_feeds(fortran)[0]
     assert staged is not fortran["image"] and staged.flags.c_contiguous
     np.testing.assert_array_equal(sess.run(fortran)["fc"], want)
-    with pytest.raises(FeedError, match=r"got >f4\[2, 3, 32, 32\]"):
-        sess.check_feeds({"image": image.astype(">f4")})
+    swapped = {"image": image.astype(">f4")}  # (was refused as dtype >f4; jax.jit takes it: now converted)
+    assert sess.check_feeds(swapped)[0].dtype == np.float32
+    np.testing.assert_array_equal(sess.run(swapped)["fc"], want)
+    with pytest.raises(FeedError, match=r"got >f8\[2, 3, 32, 32\]"):
+        sess.check_feeds({"image": image.astype(">f8")})
     with pytest.raises(FeedError, match=r"a masked array"):
         sess.check_feeds({"image": np.ma.masked_array(image)})
     with pytest.raises(FeedError, match=r"unknown input 'extra'"):

@@ -324,3 +324,20 @@ def test_import_freezes_a_shape_deciding_input(tmp_path):
     got = executor.load(plan).run({"x": x})["y"]
     want = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"x": x, "s": np.array([2, 2], np.int64)})[0]
     np.testing.assert_array_equal(got, want)
+
+
+def test_declared_outputs_are_checked_after_freezing(tmp_path):
+    """The declared output shape was not checked when an input that decides shapes was
+    frozen (inference failed before the freeze, so the check was skipped): now it runs
+    after it, for import and compile alike."""
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    _tiny(tmp_path / "m.onnx", [helper.make_node("Reshape", ["x", "s"], ["y"])],
+          inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]), s],
+          outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
+    np.save(tmp_path / "s.npy", np.array([4, 1], np.int64))
+    freeze = ["--freeze-input", f"s={tmp_path / 's.npy'}"]
+    for cmd in (["import", "onnx", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.json")],
+                ["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.plan")]):
+        r = CliRunner().invoke(main, cmd + freeze)
+        assert r.exit_code == 2 and "output 'y'" in r.output and "float32[2, 2]" in r.output, r.output
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "s.npy"]

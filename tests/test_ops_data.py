@@ -216,6 +216,14 @@ def test_slice_errors(consts, match):
     raises(one_node_graph("slice", [("x", f32(3, 4))], consts), match=match)
 
 
+def test_zero_d_static_inputs_are_lists_of_one():
+    """A 0-D integer static input (onnxruntime reads a scalar `axes` so) binds as a list
+    of one; it was an error naming an attribute 'starts' the model does not have."""
+    x = f32(3, 4)
+    same(run_case("slice", [("x", x)], [("s", np.array(1, np.int64)), ("e", np.array(3, np.int64))]), x[1:3])
+    same(run_case("unsqueeze", [("x", x)], [("a", np.array(1, np.int64))]), x[:, None])
+
+
 # ---------------------------------------------------------------- split
 
 @pytest.mark.parametrize("shape,axis,split,num,n_out,sizes", [

@@ -32,6 +32,24 @@ def test_identity_removed_and_output_renamed():
         ("relu", ("x",), ("r",)), ("tanh", ("r",), ("out",))]
 
 
+@pytest.mark.parametrize("order", ["model", "reversed"])
+def test_identity_chains_into_an_output(order):
+    """relu -> identity -> identity (an output): the second identity read the first's
+    output, which the pass had removed, so 'out' was produced by no node (helper-36,
+    seed 234 of the graph fuzzer); and a chain through an output to another output."""
+    nodes = [N("r", "relu", ["x"]), N("i1", "identity", ["r"], ["b"]), N("i2", "identity", ["b"], ["out"]),
+             N("i3", "identity", ["out"], ["out2"]), N("i4", "identity", ["b"], ["c"]), N("t", "tanh", ["c"])]
+    g = Graph("g", (X,), ("out", "out2", "t"), tuple(nodes if order == "model" else nodes[::-1]), ())
+    g2, n = identity.run(g)
+    assert n == 3 and sorted((m.op, m.inputs, m.outputs) for m in g2.nodes) == [
+        ("identity", ("out",), ("out2",)), ("relu", ("x",), ("out",)), ("tanh", ("out",), ("t",))]
+    feeds = {"x": np.random.default_rng(0).standard_normal(X.shape).astype(np.float32)}
+    got = reference.evaluate(g, feeds)
+    r = np.maximum(feeds["x"], 0)
+    for k, v in (("out", r), ("out2", r), ("t", np.tanh(r))):
+        np.testing.assert_allclose(got[k], v, rtol=1e-6)
+
+
 def test_identity_of_input_kept_for_an_output():
     g = Graph("g", (X,), ("out",), (N("i", "identity", ["x"], ["out"]),), ())
     assert identity.run(g)[1] == 0
@@ -269,4 +287,8 @@ def test_empty_names_at_the_end_of_the_inputs_are_omitted_optional_inputs():
     g = Graph("g", (x,), ("y",), (Node("n", "gemm", ("x", "", "w"), ("y",), freeze({})),), (w,))
     with pytest.raises(ModelError, match=r"^node 'n' \(gemm\): input 1 is empty \(\"\"\): only the optional inputs at "
                                          r"the end of the list, or a static input, may be omitted$"):
+        validate.run(g)
+    # an op without optional inputs takes no "" (relu's ["x", ""] is two inputs)
+    g = Graph("g", (x,), ("y",), (Node("n", "relu", ("x", ""), ("y",), freeze({})),), ())
+    with pytest.raises(ModelError, match=r"^node 'n' \(relu\): takes 1 inputs, got 2$"):
         validate.run(g)

@@ -503,8 +503,8 @@ def _check_outputs(graph, declared, dims_too=True):
     the graph computes (our own shape rules). Symbolic or missing dimensions, a missing
     shape and an undefined element type are not checked, nor are the dimensions (the
     rank is) where `dims_too` is false: the user's --input-shape may have changed them. Needs every shape to be known
-    here: if inference fails (an input that decides shapes, frozen only at compile time,
-    or an error that the compile reports itself, naming the node), nothing is checked.
+    here (the --freeze-input values are constants by now): if inference fails (an
+    error that the compile reports itself, naming the node), nothing is checked.
     This is the front of `pipeline.prepare` with nothing folded but what shapes need."""
     from compiler.passes import fold, infer, schedule, validate
 
@@ -549,8 +549,10 @@ def _note(msg):
     logging.getLogger("aotplan").warning("aotplan: %s", msg)
 
 
-def convert(model, input_shapes=None, name=None):
-    """onnx.ModelProto -> Graph. `input_shapes`: {input name: dims} for symbolic dims."""
+def convert(model, input_shapes=None, name=None, freeze=None):
+    """onnx.ModelProto -> Graph. `input_shapes`: {input name: dims} for symbolic dims;
+    `freeze`: Graph -> Graph, applied before the declared outputs are checked (it makes
+    the --freeze-input values constants, so that every shape is known there)."""
     onnx = _onnx()
     fixed = dict(input_shapes or {})
     g = model.graph
@@ -622,12 +624,14 @@ def convert(model, input_shapes=None, name=None):
             c.fail(f"attribute {sorted(c.attrs)[0]!r} is not supported")
     outputs = tuple(dict.fromkeys(o.name for o in g.output))  # an output listed twice is one output
     graph = Graph(name or g.name or "model", tuple(inputs), outputs, tuple(out.nodes), tuple(out.constants))
+    if freeze is not None:
+        graph = freeze(graph)
     _check_outputs(graph, g.output, dims_too=not fixed)
     return graph
 
 
-def load(path, input_shapes=None):
-    """Read an .onnx file -> (Graph, digest)."""
+def load(path, input_shapes=None, freeze=None):
+    """Read an .onnx file -> (Graph, digest); `freeze`: see `convert`."""
     if not os.path.isfile(path):  # before asking for the onnx package: a typo'd path says so
         raise ModelError(f"cannot read model {path!r}: no such file")
     onnx = _onnx()
@@ -638,5 +642,5 @@ def load(path, input_shapes=None):
     if not model.graph.output:  # protobuf reads any empty message, an empty file included
         raise ModelError(f"{path}: not a usable ONNX model: its graph has no outputs"
                          + (" (the file is empty)" if os.path.getsize(path) == 0 else ""))
-    graph = convert(model, input_shapes, name=os.path.splitext(os.path.basename(path))[0])
+    graph = convert(model, input_shapes, name=os.path.splitext(os.path.basename(path))[0], freeze=freeze)
     return graph, model_json.graph_digest(graph)

@@ -154,10 +154,13 @@ def _bind(node, op, consts):
         if c is None:
             raise ModelError(f"node {node.name!r} ({node.op}): input {name!r} ({static[p]}) must be known at compile "
                              f"time, but it depends on a graph input (freeze it: --freeze-input NAME=FILE.npy)")
-        if static[p] not in _VALUE_STATICS and (c.data.dtype.kind not in "iu" or c.data.ndim > 1):
+        if static[p] in _VALUE_STATICS:
+            attrs[static[p]] = c.data.item() if c.data.ndim == 0 else c.data.tolist()
+        elif c.data.dtype.kind not in "iu" or c.data.ndim > 1:
             raise ShapeError(f"node {node.name!r} ({node.op}): input {name!r} ({static[p]}) must be a 1-D integer "
                              f"tensor, got {c.dtype}{list(c.data.shape)}")
-        attrs[static[p]] = c.data.item() if c.data.ndim == 0 else c.data.tolist()
+        else:  # (a 0-D one is a list of one, as onnxruntime reads a scalar `axes`)
+            attrs[static[p]] = c.data.reshape(-1).tolist()
         n += 1
     return dataclasses.replace(node, inputs=tuple(inputs), attrs=freeze(attrs)), n
 

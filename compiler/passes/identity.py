@@ -8,21 +8,22 @@ written by a launch, and two outputs cannot share one tensor).
 
 import dataclasses
 
-from compiler.passes.rewrite import rename_inputs
+from compiler.passes.rewrite import final_name, rename_inputs
 
 
 def run(graph):
     outputs = set(graph.outputs)
-    made_by = {o for n in graph.nodes for o in n.outputs}
+    made_by = {o for n in graph.nodes if n.op != "identity" for o in n.outputs}
     mapping, renames, removed = {}, {}, set()
-    for n in graph.nodes:
-        if n.op != "identity":
-            continue
-        src, dst = n.inputs[0], n.outputs[0]
-        if dst not in outputs:
-            mapping[dst] = src
+    for n in graph.nodes:  # first every identity that feeds no graph output
+        if n.op == "identity" and n.outputs[0] not in outputs:
+            mapping[n.outputs[0]] = n.inputs[0]
             removed.add(n.name)
-        elif src in made_by and src not in outputs and src not in renames:
+    for n in graph.nodes:  # then those that do, reading through the removed ones
+        if n.op != "identity" or n.outputs[0] not in outputs:
+            continue
+        src, dst = final_name(n.inputs[0], mapping), n.outputs[0]
+        if src in made_by and src not in outputs and src not in renames:
             renames[src] = dst
             removed.add(n.name)
     if not removed:

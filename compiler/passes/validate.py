@@ -51,8 +51,11 @@ def run(graph):
         lo, hi = op.arity
         static = op.static_positions
         ins = list(n.inputs)
-        while ins and ins[-1] == "" and len(ins) - 1 not in static:
-            ins.pop()  # omitted optional inputs at the end (ONNX's convention: gemm's C, conv's bias)
+        # omitted optional inputs at the end (ONNX's convention: gemm's C, conv's bias): a
+        # trailing "" in a dynamic slot the op may leave empty (its count within the arity)
+        while ins and ins[-1] == "" and len(ins) - 1 not in static and \
+                lo <= sum(1 for p in range(len(ins) - 1) if p not in static) < hi:
+            ins.pop()
         if len(ins) != len(n.inputs):
             n = dataclasses.replace(n, inputs=tuple(ins))
         nodes.append(n)

@@ -2,21 +2,25 @@
 code computed. Shared by tests/fuzz/test_graph_fuzz.py (a fixed, seeded CI run) and
 scripts/fuzz_graphs.py (longer runs).
 
-`random_graph(seed, dtype=...)` builds a small DAG (up to `max_nodes` nodes; every
-tensor float32, float16 or bfloat16: sub-word tensors share the arena's 4-byte words) from the ops
+`random_graph(seed, dtype=...)` builds a small DAG (up to `max_nodes` nodes) from the ops
 tests/numpy_ref.py implements independently: elementwise chains, broadcasting, matmul
 and gemm, conv2d (grouped, strided, dilated, padded), pools, batchnorm, layernorm,
 softmax, reductions, reshape/flatten/transpose, slice, split (several outputs), pad and
-concat (a tensor concatenated with itself too). Tensors fan out; some intermediates are
-graph outputs beside the sinks; a few nodes feed nothing and are dead. Each node is
-evaluated with numpy_ref as it is added, so every graph is valid by construction and
-carries its oracle: float64 arithmetic, each node's output rounded to the graph's dtype.
+concat (a tensor concatenated with itself too). Every tensor has the graph's dtype:
+float32, float16, bfloat16, int8, uint8 or int16 (sub-word tensors share the arena's
+4-byte words; integer graphs take only the ops whose results are exact). Tensors fan
+out; some intermediates are graph outputs beside the sinks; a few nodes feed nothing
+and are dead. Each node is evaluated with numpy_ref as it is added, so every graph is
+valid by construction and carries its oracle: float64 (or int64) arithmetic, each
+node's output rounded (or wrapped) to the graph's dtype.
 
 `check(graph, feeds, want, variants)` compiles the graph under each variant (launch
 mode, planner, in-place writes, views, concat placement, schedule, kernel reuse,
 weights in the arena, storage formats), runs the plan through the executor and
-compares its outputs with the oracle's (`RTOL`, relative to each output's scale), and within a launch mode the variants that only move bytes with the mode's
-default bit for bit. It returns a list of failures (strings), empty when all agree.
+compares its outputs with the oracle's (`RTOL`, relative to each output's scale;
+integers exactly), and within a launch mode the variants that only move bytes with the
+mode's default bit for bit. It returns a list of failures (strings), empty when all
+agree.
 
 Deterministic: the same seed gives the same graph on every machine.
 """
@@ -67,6 +71,8 @@ class _Builder:
         self.np = np.random.default_rng(seed)
         self.max_nodes = max_nodes
         self.dtype, self.np_dtype = dtype, dtypes.np_dtype(dtype)
+        self.is_int = self.np_dtype.kind in "iu"
+        self.low = 0 if self.np_dtype.kind == "u" else -4  # integer graphs: small values, which wrap as they grow
         self.inputs, self.nodes, self.consts = [], [], []
         self.val = {}  # tensor name -> its oracle value: float64, rounded to `dtype`
         self.feeds = {}
@@ -84,20 +90,25 @@ class _Builder:
     def add_input(self, shape):
         name = f"in{len(self.inputs)}"
         self.inputs.append(TensorInfo(name, self.dtype, tuple(shape)))
-        x = self.np.standard_normal(shape).astype(self.np_dtype)
+        if self.is_int:
+            x = self.np.integers(self.low, 5, shape).astype(self.np_dtype)
+        else:
+            x = self.np.standard_normal(shape).astype(self.np_dtype)
         self.feeds[name] = x
-        self.val[name] = x.astype(np.float64)
+        self.val[name] = x.astype(np.int64 if self.is_int else np.float64)
         return name
 
     def const(self, shape, kind="normal", fan_in=1):
         name = f"c{len(self.consts)}"
-        if kind == "positive":
+        if self.is_int:
+            a = self.np.integers(1, 4, shape) if kind == "positive" else self.np.integers(self.low, 4, shape)
+        elif kind == "positive":
             a = self.np.uniform(0.5, 2.0, shape)
         else:
             a = self.np.standard_normal(shape) / math.sqrt(max(fan_in, 1))
         a = np.asarray(a).astype(self.np_dtype)
         self.consts.append(Constant(name, self.dtype, tuple(shape), a))
-        self.val[name] = a.astype(np.float64)
+        self.val[name] = a.astype(np.int64 if self.is_int else np.float64)
         return name
 
     def node(self, op, inputs, n_out=1, **attrs):
@@ -106,7 +117,13 @@ class _Builder:
         n = Node(name, op, tuple(inputs), outs, freeze(attrs))
         ys = numpy_ref.node(n, [self.val[i] for i in inputs])
         # each node's output is stored in the graph's dtype: the oracle rounds it there too
-        ys = [np.asarray(y, np.float64).astype(self.np_dtype).astype(np.float64) for y in ys]
+        # (integers: exact, in float64 or int64, then wrapped to the dtype's width)
+        if self.is_int:
+            ys = [np.rint(np.asarray(y, np.float64)).astype(np.int64).astype(self.np_dtype).astype(np.int64)
+                  if np.asarray(y).dtype.kind == "f" else np.asarray(y).astype(self.np_dtype).astype(np.int64)
+                  for y in ys]
+        else:
+            ys = [np.asarray(y, np.float64).astype(self.np_dtype).astype(np.float64) for y in ys]
         if any(y.size == 0 or y.size > MAX_ELEMENTS or not np.all(np.isfinite(y)) for y in ys):
             return None
         self.nodes.append(n)
@@ -158,9 +175,15 @@ def _divisors(n):
 def _grow(b):
     """Add one random node (or fail to, returning None: the caller tries again)."""
     r = b.r
-    kind = r.choices(["unary", "binary", "matmul", "gemm", "conv", "bn", "pool", "gpool", "softmax", "layernorm",
-                      "reduce", "reshape", "flatten", "transpose", "slice", "split", "pad", "concat"],
-                     weights=[8, 10, 4, 3, 8, 3, 5, 2, 3, 3, 3, 4, 2, 4, 4, 3, 3, 6])[0]
+    if b.is_int:  # the ops whose integer results are exact (and wrap alike in numpy and XLA)
+        kind = r.choices(["unary", "binary", "matmul", "pool", "reduce", "reshape", "flatten", "transpose", "slice",
+                          "split", "pad", "concat"], weights=[4, 10, 4, 5, 3, 4, 2, 4, 4, 3, 3, 6])[0]
+    else:
+        kind = r.choices(["unary", "binary", "matmul", "gemm", "conv", "bn", "pool", "gpool", "softmax", "layernorm",
+                          "reduce", "reshape", "flatten", "transpose", "slice", "split", "pad", "concat"],
+                         weights=[8, 10, 4, 3, 8, 3, 5, 2, 3, 3, 3, 4, 2, 4, 4, 3, 3, 6])[0]
+    if kind == "unary" and b.is_int:
+        return b.node(r.choice(["relu", "identity"]), [b.pick()])
     if kind == "unary":
         x = b.pick()
         op = r.choice(["relu", "sigmoid", "tanh", "gelu", "erf", "identity", "leaky_relu"])
@@ -169,7 +192,7 @@ def _grow(b):
     if kind == "binary":
         x = b.pick()
         s = b.val[x].shape
-        op = r.choice(["add", "add", "sub", "mul", "div"])
+        op = r.choice(["add", "add", "sub", "mul"] + ([] if b.is_int else ["div"]))
         if op == "div":  # by a positive constant, broadcast
             return b.node("div", [x, b.const(_broadcast_shape(r, s), "positive")])
         same = [n for n in b.tensors() if b.val[n].shape == s]
@@ -210,7 +233,7 @@ def _grow(b):
         if kind == "pool":
             if kh > h + pads[0] + pads[2] or kw > w + pads[1] + pads[3]:
                 return None
-            if r.random() < 0.5:
+            if b.is_int or r.random() < 0.5:
                 return b.node("maxpool", [x], kernel_shape=[kh, kw], strides=st, pads=pads)
             return b.node("avgpool", [x], kernel_shape=[kh, kw], strides=st, pads=pads,
                           count_include_pad=r.choice([0, 1]))
@@ -238,7 +261,7 @@ def _grow(b):
         rk = len(b.val[x].shape)
         axes = sorted(r.sample(range(rk), r.randint(1, rk)))
         axes = [a - rk if r.random() < 0.3 else a for a in axes]
-        return b.node(r.choice(["reduce_sum", "reduce_mean", "reduce_max"]), [x], axes=axes,
+        return b.node(r.choice(["reduce_sum", "reduce_max"] + ([] if b.is_int else ["reduce_mean"])), [x], axes=axes,
                       keepdims=r.choice([0, 1]))
     if kind == "reshape":
         x = b.pick()
@@ -279,7 +302,8 @@ def _grow(b):
         x = b.pick(_ranked)
         rk = len(b.val[x].shape)
         pads = [r.choice([0, 0, 1, 2]) for _ in range(2 * rk)]
-        return b.node("pad", [x], pads=pads, value=r.choice([0.0, 0.0, -1.5]))
+        value = r.choice([0, 0, 1]) if b.is_int else r.choice([0.0, 0.0, -1.5])
+        return b.node("pad", [x], pads=pads, value=value)
     if kind == "concat":
         x = b.pick(_ranked)
         s = b.val[x].shape
@@ -367,7 +391,8 @@ def variants(names=None):
 # Measured on 12 seeds of each under sink, fused, kernel and blocked kernel plans
 # (2026-12-05): the worst error was 5 units in float32 and 0.42
 # in float16 and bfloat16, so these leave 10-30x headroom; a wrong tensor is off by its scale.
-RTOL = {"float32": 2e-5, "float16": 4 * 2.0**-10, "bfloat16": 4 * 2.0**-7}
+RTOL = {"float32": 2e-5, "float16": 4 * 2.0**-10, "bfloat16": 4 * 2.0**-7,
+        "int8": 0, "uint8": 0, "int16": 0}  # (integer graphs: exact)
 
 
 def close(got, want, dtype="float32"):
@@ -378,6 +403,13 @@ def close(got, want, dtype="float32"):
     got = np.asarray(got)
     if got.shape != want.shape:
         return f"shape {got.shape}, oracle {want.shape}"
+    if RTOL[dtype] == 0:
+        bad = got.astype(np.int64) != want
+        if np.any(bad):
+            i = np.unravel_index(np.argmax(bad), bad.shape)
+            return (f"{int(bad.sum())} of {bad.size} elements differ; the first at {tuple(int(j) for j in i)}: "
+                    f"{int(got[i])} vs {int(want[i])}")
+        return None
     scale = float(np.max(np.abs(want))) if want.size else 0.0
     err = np.abs(got.astype(np.float64) - want)
     rtol = RTOL[dtype]

@@ -4,7 +4,7 @@ seeds, so a failure reproduces on every run: `python scripts/fuzz_graphs.py --st
 SEED --seeds 1` runs one graph under every variant, and `--save-bad DIR` writes it out
 as a model.json for `aotplan check`.
 
-The default run takes SEEDS (float32, float16 and bfloat16 graphs) under the QUICK variants (sink, fused, kernel with every
+The default run takes SEEDS (float32, float16, bfloat16 and integer graphs) under the QUICK variants (sink, fused, kernel with every
 sharing option off, with concat placement forced, with blocked storage formats); the
 slow tier takes more seeds under every variant.
 """
@@ -15,8 +15,9 @@ import pytest
 import graph_gen
 from conftest import compile_and_load
 
-SEEDS = [(s, "float32") for s in range(8)] + [(8, "float16"), (9, "bfloat16"), (10, "float16"), (11, "bfloat16")]
-SLOW_SEEDS = [(s, ("float32", "float16", "bfloat16")[s % 3]) for s in range(12, 45)]
+SEEDS = [(s, "float32") for s in range(8)] + [(8, "float16"), (9, "bfloat16"), (10, "float16"), (11, "bfloat16"),
+                                              (12, "int8"), (13, "uint8"), (14, "int16")]
+SLOW_SEEDS = [(s, list(graph_gen.RTOL)[s % len(graph_gen.RTOL)]) for s in range(15, 50)]
 
 
 def _run(graph, feeds):
