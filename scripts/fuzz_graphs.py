@@ -50,11 +50,20 @@ def save(graph, feeds, where):
         np.save(os.path.join(where, f"{k}.npy"), v)
 
 
+def _at_least(n):
+    def parse(text):
+        v = int(text)
+        if v < n:
+            raise argparse.ArgumentTypeError(f"must be at least {n}")
+        return v
+    return parse
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=100, help="graphs to try (default 100)")
+    ap.add_argument("--seeds", type=_at_least(1), default=100, help="graphs to try (default 100)")
     ap.add_argument("--start", type=int, default=0, help="first seed (default 0)")
-    ap.add_argument("--max-nodes", type=int, default=12, help="nodes per graph, at most (default 12)")
+    ap.add_argument("--max-nodes", type=_at_least(2), default=12, help="nodes per graph, at most (default 12)")
     ap.add_argument("--dtype", choices=list(graph_gen.RTOL), action="append",
                     help="the graphs' dtype (repeatable: seeds take them in turn; default float32)")
     ap.add_argument("--quick", action="store_true", help="only the variants the CI run takes: "

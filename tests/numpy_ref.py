@@ -121,20 +121,32 @@ def slice_(x, starts, ends, axes=None, steps=None):
     return x[tuple(idx)]
 
 
-def split(x, axis=0, split=None):
+def split(x, axis, split):
+    """ONNX Split with its sizes given (`split`); other forms are not implemented here."""
+    if split is None:
+        raise NotImplementedError("numpy_ref.split needs the sizes")
     cuts = np.cumsum(split)[:-1]
     return np.split(x, cuts, axis=axis)
 
 
-def pad(x, pads, value=0.0):
-    """ONNX Pad, constant mode: pads = [begin of each axis..., end of each axis...]."""
+def pad(x, pads, value=0.0, mode="constant", axes=None):
+    """ONNX Pad, constant mode, every axis: pads = [begin of each axis..., end of each
+    axis...], each >= 0 (other forms are not implemented here)."""
     r = x.ndim
+    if mode != "constant" or axes is not None or any(p < 0 for p in pads) or len(pads) != 2 * r:
+        raise NotImplementedError(f"numpy_ref.pad: mode {mode!r}, axes {axes!r}, pads {list(pads)}")
     return np.pad(x, [(pads[i], pads[i + r]) for i in range(r)], constant_values=value)
 
 
-def reduce(op, x, axes=None, keepdims=1):
+def reduce(op, x, axes=None, keepdims=1, noop_with_empty_axes=0):
+    """ONNX ReduceSum/Mean/Max: no axes (or []) reduces every axis, or none with
+    noop_with_empty_axes=1; negative axes count from the end."""
     f = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}[op]
-    axes = tuple(range(x.ndim)) if axes is None else tuple(a % x.ndim for a in axes)
+    if not axes:
+        if noop_with_empty_axes:
+            return x.astype(np.float64)
+        axes = range(x.ndim)
+    axes = tuple(a % x.ndim for a in axes)
     return f(x.astype(np.float64), axis=axes, keepdims=bool(keepdims))
 
 
@@ -197,11 +209,11 @@ def node(n, xs):
     elif n.op == "slice":
         y = slice_(xs[0], **a)
     elif n.op == "split":
-        return [np.asarray(v) for v in split(xs[0], a.get("axis", 0), a["split"])]
+        return [np.asarray(v) for v in split(xs[0], a.get("axis", 0), a.get("split"))]
     elif n.op == "pad":
-        y = pad(xs[0], a["pads"], a.get("value", 0.0))
+        y = pad(xs[0], a["pads"], a.get("value", 0.0), a.get("mode", "constant"), a.get("axes"))
     elif n.op in ("reduce_sum", "reduce_mean", "reduce_max"):
-        y = reduce(n.op, xs[0], a.get("axes"), a.get("keepdims", 1))
+        y = reduce(n.op, xs[0], a.get("axes"), a.get("keepdims", 1), a.get("noop_with_empty_axes", 0))
     elif n.op == "global_maxpool":
         y = xs[0].max(axis=tuple(range(2, xs[0].ndim)), keepdims=True)
     else:

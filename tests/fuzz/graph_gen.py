@@ -43,10 +43,12 @@ VARIANTS = {
     "sink": (("sink", {}, False),
              ("sink/weights-arena", {"weights": "arena"}, True),
              ("sink/no-inline", {"inline_bytes": 0}, True)),
-    "fused": (("fused", {}, False),
-              ("fused/naive", {"planner": "naive"}, False),
-              ("fused/no-inplace", {"inplace": False}, False),
-              ("fused/one-contraction", {"fuse_min_flops": 0}, True)),
+    # fused: one contraction per group (these small graphs are one group at the default
+    # 100 MFLOP: a sink plan by another name), so that tensors cross groups in the arena
+    "fused": (("fused", {"fuse_min_flops": 0}, False),
+              ("fused/naive", {"fuse_min_flops": 0, "planner": "naive"}, False),
+              ("fused/no-inplace", {"fuse_min_flops": 0, "inplace": False}, False),
+              ("fused/default-flops", {}, True)),
     "kernel": (("kernel", {}, False),
                ("kernel/naive", {"planner": "naive"}, False),
                ("kernel/greedy_by_breadth", {"planner": "greedy_by_breadth"}, False),
@@ -308,6 +310,17 @@ def _grow(b):
         x = b.pick(_ranked)
         s = b.val[x].shape
         axis = r.randrange(len(s))
+        if r.random() < 0.7:
+            # fresh parts: each made by a node of its own and read by the concat alone, so
+            # that kernel plans write them straight into their slices (views.placements)
+            parts = [b.node("add", [x, b.const(_broadcast_shape(r, s))]) for _ in range(r.randint(2, 3))]
+            if any(p is None for p in parts):
+                return None
+            c = b.node("concat", [p[0] for p in parts], axis=axis)
+            if c is None or r.random() < 0.2:
+                return c
+            # ... and read by a node (a graph output is not placed: it owns its bytes)
+            return b.node("mul", [c[0], b.const(_broadcast_shape(r, b.val[c[0]].shape))])
         fits = [n for n in b.tensors()
                 if len(b.val[n].shape) == len(s) and all(d == e for i, (d, e) in enumerate(zip(b.val[n].shape, s))
                                                          if i != axis)]
@@ -431,6 +444,10 @@ def check(graph, feeds, want, variant_list, compile_and_run):
             got = compile_and_run(graph, mode, opts)
         except Exception as e:  # noqa: BLE001 (a valid graph must compile and run)
             failures.append(f"{label}: {type(e).__name__}: {e}")
+            continue
+        missing = [k for k in want if k not in got]
+        if missing:
+            failures.append(f"{label}: no output {missing[0]!r}")
             continue
         for k in want:
             off = close(got[k], want[k], dtype)
