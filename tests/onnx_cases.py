@@ -15,7 +15,8 @@ Where Equal Cast Gather Slice Split Squeeze Unsqueeze Expand ReduceMean ReduceSu
 HardSwish Einsum Identity Shape ConstantOfShape Constant
 Abs Gelu LeakyRelu PRelu Elu Selu Softplus Floor Ceil Round Sin Cos Sign Max Min Greater Less GreaterOrEqual
 LessOrEqual Not And Or Xor ReduceMax ReduceMin ReduceProd ArgMax ArgMin GlobalMaxPool Tile Resize
-ConvTranspose""".split())
+ConvTranspose
+Mod Trilu LogSoftmax InstanceNormalization""".split())
 
 SKIP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_node_skips.txt")
 

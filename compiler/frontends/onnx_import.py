@@ -222,12 +222,14 @@ def _batchnorm(c):
     c.emit("batchnorm", c.inputs, c.single_output(), **c.take("epsilon"))
 
 
-def _softmax(c):
-    a = c.take("axis")
-    if c.version < 13:
-        a.setdefault("axis", 1)
-        a["legacy_flatten"] = 1
-    c.emit("softmax", c.inputs, c.single_output(), **a)
+def _softmax_like(op):
+    def conv(c):
+        a = c.take("axis")
+        if c.version < 13:  # Softmax/LogSoftmax before 13: x viewed as 2-D at axis (default 1)
+            a.setdefault("axis", 1)
+            a["legacy_flatten"] = 1
+        c.emit(op, c.inputs, c.single_output(), **a)
+    return conv
 
 
 def _dropout(c):
@@ -391,7 +393,9 @@ CONVERTERS = {
     "Concat": _concat, "Reshape": _attr_or_input("reshape", "shape", 5, ("allowzero",)),
     "Flatten": _simple("flatten", ("axis",)), "Transpose": _simple("transpose", ("perm",)),
     "MaxPool": _pool("maxpool"), "AveragePool": _pool("avgpool"), "GlobalAveragePool": _simple("global_avgpool"),
-    "Gemm": _gemm, "MatMul": _simple("matmul"), "Softmax": _softmax, "LRN": _lrn, "Dropout": _dropout,
+    "Gemm": _gemm, "MatMul": _simple("matmul"), "Softmax": _softmax_like("softmax"), "LogSoftmax": _softmax_like("log_softmax"),
+    "Mod": _simple("mod", ("fmod",)), "Trilu": _simple("trilu", ("upper",)),
+    "InstanceNormalization": _simple("instance_norm", ("epsilon",)), "LRN": _lrn, "Dropout": _dropout,
     "Clip": _clip, "Sigmoid": _simple("sigmoid"), "Tanh": _simple("tanh"), "Erf": _simple("erf"),
     "Pow": _binary("pow"), "Sqrt": _simple("sqrt"), "Reciprocal": _simple("reciprocal"), "Neg": _simple("neg"),
     "Exp": _simple("exp"), "Log": _simple("log"), "Where": _simple("where"), "Equal": _binary("equal"),

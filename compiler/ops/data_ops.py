@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from aotplan import dtypes
-from compiler.ops.registry import fail, fmt, int_attr, int_list, norm_axis, register, same_dtype
+from compiler.ops.registry import fail, flag_attr, fmt, int_attr, int_list, norm_axis, register, same_dtype
 
 INDEX_DTYPES = ("int32", "int64")
 
@@ -273,6 +273,27 @@ def _tile(node, x):
 
 register("tile", (1, 1), static_inputs=((1, "repeats"),))((
     lambda node, ins: [(ins[0].dtype, _tile_shape(node, ins[0].shape))], _tile))
+
+
+# ---------------------------------------------------------------- trilu
+
+def _trilu_infer(node, ins):
+    x = ins[0]
+    if len(x.shape) < 2:
+        fail(node, f"input {fmt(x)} must have rank 2 or more")
+    flag_attr(node, "upper", 1)
+    int_attr(node, "k", 0)
+    return [(x.dtype, x.shape)]
+
+
+def _trilu(node, x):
+    """ONNX Trilu: the upper (upper=1) or lower triangle of the last two axes, from
+    diagonal k on; the rest zeros."""
+    k = node.attr("k", 0)
+    return (jnp.triu(x, k) if node.attr("upper", 1) else jnp.tril(x, k),)
+
+
+register("trilu", (1, 1), ("upper",), static_inputs=((1, "k"),))((_trilu_infer, _trilu))
 
 
 # ---------------------------------------------------------------- pad

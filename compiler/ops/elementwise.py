@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from aotplan import dtypes
-from compiler.ops.registry import broadcast_shape, fail, fmt, register, require_float, same_dtype
+from compiler.ops.registry import broadcast_shape, fail, flag_attr, fmt, register, require_float, same_dtype
 
 
 def _binary_infer(node, ins):
@@ -29,6 +29,26 @@ register("add", (2, 2))((_binary_infer, lambda node, a, b: (a + b,)))
 register("sub", (2, 2))((_binary_infer, lambda node, a, b: (a - b,)))
 register("mul", (2, 2))((_binary_infer, lambda node, a, b: (a * b,)))
 register("div", (2, 2))((_binary_infer, _div))
+
+
+def _mod_infer(node, ins):
+    flag_attr(node, "fmod", 0)
+    return _binary_infer(node, ins)
+
+
+def _mod(node, a, b):
+    """ONNX Mod: fmod=1, C's fmod (the sign of the dividend); fmod=0, the sign of the
+    divisor (Python's %, numpy's remainder). float16/bfloat16 in float32."""
+    shape = jnp.broadcast_shapes(a.shape, b.shape)
+    dt = a.dtype
+    a, b = jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)
+    if jnp.issubdtype(dt, jnp.floating) and dt != jnp.float32:
+        a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+    y = lax.rem(a, b) if node.attr("fmod", 0) else jnp.remainder(a, b)
+    return (y.astype(dt),)
+
+
+register("mod", (2, 2), ("fmod",))((_mod_infer, _mod))
 
 
 def _float_unary_infer(node, ins):

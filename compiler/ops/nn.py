@@ -98,15 +98,44 @@ def _softmax_infer(node, ins):
     return [(ins[0].dtype, ins[0].shape)]
 
 
-def _softmax(node, x):
-    axis = node.attr("axis", -1) % x.ndim
-    if node.attr("legacy_flatten", 0):  # ONNX before opset 13: softmax of x viewed as 2-D at axis
-        flat = _f32(x).reshape(int(np.prod(x.shape[:axis])), -1)
-        return (jax.nn.softmax(flat, axis=1).reshape(x.shape).astype(x.dtype),)
-    return (jax.nn.softmax(_f32(x), axis=axis).astype(x.dtype),)
+def _softmax_like(fn):
+    def lower(node, x):
+        axis = node.attr("axis", -1) % x.ndim
+        if node.attr("legacy_flatten", 0):  # ONNX before opset 13: x viewed as 2-D at axis
+            flat = _f32(x).reshape(int(np.prod(x.shape[:axis])), -1)
+            return (fn(flat, axis=1).reshape(x.shape).astype(x.dtype),)
+        return (fn(_f32(x), axis=axis).astype(x.dtype),)
+    return lower
 
 
-register("softmax", (1, 1), ("axis", "legacy_flatten"))((_softmax_infer, _softmax))
+register("softmax", (1, 1), ("axis", "legacy_flatten"))((_softmax_infer, _softmax_like(jax.nn.softmax)))
+register("log_softmax", (1, 1), ("axis", "legacy_flatten"))((_softmax_infer, _softmax_like(jax.nn.log_softmax)))
+
+
+def _instance_norm_infer(node, ins):
+    x, scale, bias = ins
+    require_float(node, x)
+    same_dtype(node, ins)
+    if len(x.shape) < 3:
+        fail(node, f"input {fmt(x)} must have rank 3 or more (N, C, spatial...)")
+    for t in (scale, bias):
+        if tuple(t.shape) != (x.shape[1],):
+            fail(node, f"scale/bias {fmt(t)} must have shape [{x.shape[1]}] (the channels of {fmt(x)})")
+    float_attr(node, "epsilon", 1e-5, minimum=0.0)
+    return [(x.dtype, x.shape)]
+
+
+def _instance_norm(node, x, scale, bias):
+    """ONNX InstanceNormalization: each (n, c) normalized over the spatial axes (float32 math)."""
+    xf, axes = _f32(x), tuple(range(2, x.ndim))
+    mean = xf.mean(axis=axes, keepdims=True)
+    var = jnp.square(xf - mean).mean(axis=axes, keepdims=True)
+    sh = (1, -1) + (1,) * (x.ndim - 2)
+    y = (xf - mean) * lax.rsqrt(var + node.attr("epsilon", 1e-5)) * _f32(scale).reshape(sh) + _f32(bias).reshape(sh)
+    return (y.astype(x.dtype),)
+
+
+register("instance_norm", (3, 3), ("epsilon",))((_instance_norm_infer, _instance_norm))
 
 
 def _layernorm_infer(node, ins):

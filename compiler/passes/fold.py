@@ -135,8 +135,9 @@ def _static_closure(graph, order):
     return needed
 
 
-# static inputs whose values are numbers of the data's type; the others are integer lists
-_VALUE_STATICS = frozenset({"value", "min", "max", "roi", "scales"})
+# static inputs whose values are numbers (scalars, or lists of floats) the op checks
+# itself; the others are integer lists
+_VALUE_STATICS = frozenset({"value", "min", "max", "roi", "scales", "k"})
 
 
 def _bind(node, op, consts):
@@ -156,11 +157,11 @@ def _bind(node, op, consts):
                              f"time, but it depends on a graph input (freeze it: --freeze-input NAME=FILE.npy)")
         if static[p] in _VALUE_STATICS:
             attrs[static[p]] = c.data.item() if c.data.ndim == 0 else c.data.tolist()
-        elif c.data.dtype.kind not in "iu" or c.data.ndim > 1:
+        elif c.data.dtype.kind not in "iu" or c.data.ndim != 1:  # (named: the model has no such attribute)
             raise ShapeError(f"node {node.name!r} ({node.op}): input {name!r} ({static[p]}) must be a 1-D integer "
                              f"tensor, got {c.dtype}{list(c.data.shape)}")
-        else:  # (a 0-D one is a list of one, as onnxruntime reads a scalar `axes`)
-            attrs[static[p]] = c.data.reshape(-1).tolist()
+        else:
+            attrs[static[p]] = c.data.tolist()
         n += 1
     return dataclasses.replace(node, inputs=tuple(inputs), attrs=freeze(attrs)), n
 
