@@ -341,3 +341,14 @@ def test_declared_outputs_are_checked_after_freezing(tmp_path):
         r = CliRunner().invoke(main, cmd + freeze)
         assert r.exit_code == 2 and "output 'y'" in r.output and "float32[2, 2]" in r.output, r.output
     assert sorted(os.listdir(tmp_path)) == ["m.onnx", "s.npy"]
+
+
+def test_every_unsupported_operator_is_named_at_once(tmp_path):
+    """Only the first unsupported operator was named: a user removed it and met the next."""
+    nodes = [helper.make_node("Mish", ["x"], ["a"]), helper.make_node("Hardmax", ["a"], ["b"]),
+             helper.make_node("Mish", ["b"], ["c"]), helper.make_node("Mish", ["c"], ["y"])]
+    _tiny(tmp_path / "m.onnx", nodes)
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.plan")])
+    assert r.exit_code == 2, r.output
+    assert ("node 'Mish_0': ONNX operator 'Mish' is not supported; the model also uses Hardmax (1 node), also "
+            "unsupported (supported: Abs, ") in r.output, r.output
