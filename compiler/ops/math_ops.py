@@ -12,6 +12,7 @@ below stay generic over the integer width.
 import math
 
 import jax
+import jax.scipy.special  # noqa: F401  (logsumexp)
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -319,6 +320,28 @@ def _reduce(node, x):
 _REDUCE_ATTRS = ("keepdims", "noop_with_empty_axes")
 register("reduce_sum", (1, 1), _REDUCE_ATTRS, static_inputs=((1, "axes"),))((_reduce_infer, _reduce))
 register("reduce_mean", (1, 1), _REDUCE_ATTRS, static_inputs=((1, "axes"),))((_reduce_infer, _reduce))
+
+# norms of float tensors, in float32 (ONNX ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp)
+_NORMS = {"reduce_l1": lambda x, **k: jnp.sum(jnp.abs(x), **k),
+          "reduce_l2": lambda x, **k: jnp.sqrt(jnp.sum(jnp.square(x), **k)),
+          "reduce_sum_square": lambda x, **k: jnp.sum(jnp.square(x), **k),
+          "reduce_log_sum_exp": lambda x, **k: jax.scipy.special.logsumexp(x, **k)}
+
+
+def _norm_infer(node, ins):
+    require_float(node, ins[0])
+    return _reduce_infer(node, ins)
+
+
+def _norm(node, x):
+    axes = _reduce_axes(node, x.ndim)
+    if axes is None:
+        return (x,)
+    return (_NORMS[node.op](_f32(x), axis=axes, keepdims=bool(node.attr("keepdims", 1))).astype(x.dtype),)
+
+
+for _name in _NORMS:
+    register(_name, (1, 1), _REDUCE_ATTRS, static_inputs=((1, "axes"),))((_norm_infer, _norm))
 
 
 # ---------------------------------------------------------------- lrn

@@ -74,6 +74,7 @@ register("elu", (1, 1), ("alpha",))((_with_attrs(alpha=1.0), _float_unary(_elu))
 register("selu", (1, 1), ("alpha", "gamma"))((_with_attrs(alpha=SELU_ALPHA, gamma=SELU_GAMMA),
                                                _float_unary(_selu)))
 register("softplus", (1, 1))((_float_unary_infer, _float_unary(lambda node, x: jax.nn.softplus(x))))
+register("mish", (1, 1))((_float_unary_infer, _float_unary(lambda node, x: x * jnp.tanh(jax.nn.softplus(x)))))
 register("floor", (1, 1))((_float_unary_infer, lambda node, x: (jnp.floor(x),)))
 register("ceil", (1, 1))((_float_unary_infer, lambda node, x: (jnp.ceil(x),)))
 register("round", (1, 1))((_float_unary_infer, lambda node, x: (jnp.round(x),)))  # half to even
