@@ -184,11 +184,15 @@ def _load_model(model, input_shapes, frozen=()):
 
 
 def _freezer(frozen):
-    """--freeze-input specs -> graph -> the graph with those inputs made constants."""
+    """--freeze-input specs -> a function: graph -> the graph with those inputs made
+    constants (None without specs)."""
+    if not frozen:
+        return None
+
     def freeze(graph):
         from compiler.passes import fold
 
-        return fold.freeze_inputs(graph, _frozen_values(frozen, graph)) if frozen else graph
+        return fold.freeze_inputs(graph, _frozen_values(frozen, graph))
     return freeze
 
 
@@ -388,10 +392,7 @@ def import_onnx(model, output, input_shapes, frozen):
 
     stem = os.path.splitext(os.path.basename(output))[0]
     weights = f"{stem}.weights.npz"
-    reads = {"ONNX model": model}
-    for spec in frozen:
-        name, path = _split_spec(spec, "--freeze-input")
-        reads[f"--freeze-input {name} file"] = path
+    reads = {"ONNX model": model, **_frozen_paths(frozen)}
     refuse_overwriting(output, reads, "-o")
     refuse_overwriting(os.path.join(os.path.dirname(os.path.abspath(output)), weights), reads,
                        f"the weights file of -o {output!r},")
@@ -616,10 +617,13 @@ def _refuse_overwriting_inputs(output, flag, model, frozen, sign_key):
         from aotplan import model_json
 
         inputs["weights file"] = model_json.weights_path(model)
-    for spec in frozen:
-        name, path = _split_spec(spec, "--freeze-input")
-        inputs[f"--freeze-input {name} file"] = path
+    inputs.update(_frozen_paths(frozen))
     refuse_overwriting(output, inputs, flag)
+
+
+def _frozen_paths(frozen):
+    """{"--freeze-input NAME file": path} for the overwrite checks."""
+    return {f"--freeze-input {name} file": path for name, path in (_split_spec(s, "--freeze-input") for s in frozen)}
 
 
 def _preview(a, n=6):
