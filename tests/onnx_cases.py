@@ -16,7 +16,8 @@ HardSwish Einsum Identity Shape ConstantOfShape Constant
 Abs Gelu LeakyRelu PRelu Elu Selu Softplus Floor Ceil Round Sin Cos Sign Max Min Greater Less GreaterOrEqual
 LessOrEqual Not And Or Xor ReduceMax ReduceMin ReduceProd ArgMax ArgMin GlobalMaxPool Tile Resize
 ConvTranspose
-Mod Trilu LogSoftmax InstanceNormalization ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp Mish""".split())
+Mod Trilu LogSoftmax InstanceNormalization ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp Mish
+TopK CumSum Range DepthToSpace SpaceToDepth""".split())
 
 SKIP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_node_skips.txt")
 

@@ -459,3 +459,29 @@ def test_constant_of_shape(shape, attrs, want_dtype, fold):
 def test_constant_of_shape_errors(shape, attrs, match):
     g = build([("constant_of_shape", ["s"], ["y"], attrs)], consts=[("s", np.array(shape, np.int64))])
     raises(g, match=match, node="n0")
+
+
+# ---------------------------------------------------------------- range
+
+@pytest.mark.parametrize("attrs,want", [
+    ({"start": 0, "limit": 7, "delta": 2}, np.arange(0, 7, 2, dtype=np.int64)),  # all integers: int64
+    ({"start": 1, "limit": 0.0, "delta": -0.25}, np.arange(1, 0, -0.25, dtype=np.float32)),  # a float: float32
+    ({"start": 5, "limit": 9, "delta": 1, "dtype": "uint8"}, np.arange(5, 9, dtype=np.uint8)),
+    ({"start": 3, "limit": 3, "delta": 1, "dtype": "int32"}, np.zeros(0, np.int32)),
+])
+def test_range_from_attributes(attrs, want):
+    """A model.json range takes start/limit/delta as attributes; as a launch (folding
+    off) and folded, the same numbers."""
+    for disabled in (frozenset({"fold"}), frozenset()):
+        same(run_graph(build([("range", [], ["y"], attrs), ("identity", ["y"], ["z"], {})]), {},
+                       disabled=disabled)["z"], want)
+
+
+@pytest.mark.parametrize("attrs,match", [
+    ({"start": 0, "limit": 7}, r"'delta' required"),
+    ({"start": 0, "limit": 7, "delta": 1, "dtype": "bool"}, r"dtype 'bool' must be numeric"),
+    ({"start": 0, "limit": 7, "delta": 0.5, "dtype": "int32"}, r"'delta' must be an integer for dtype int32"),
+    ({"start": 0, "limit": 7, "delta": [1, 2]}, r"'delta' must be a scalar"),
+])
+def test_range_errors(attrs, match):
+    raises(build([("range", [], ["y"], attrs)]), match=match, node="n0")

@@ -387,6 +387,13 @@ def _resize(c):
     c.emit("resize", [c.inputs[0], ""] + c.inputs[1:2], c.single_output(), **a)
 
 
+def _topk(c):
+    a = c.take("axis", "largest", "sorted")
+    if c.version < 10:  # TopK-1: k is an attribute
+        a["k"] = c.attrs.pop("k", None)
+    c.emit("topk", c.inputs, c.outputs, **a)
+
+
 CONVERTERS = {
     "Conv": _conv, "BatchNormalization": _batchnorm, "Relu": _simple("relu"), "Add": _binary("add"),
     "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _binary("div"), "Sum": _simple("sum"),
@@ -419,6 +426,9 @@ CONVERTERS = {
     "ReduceProd": _reduce("reduce_prod", 18), "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"),
     "GlobalMaxPool": _simple("global_maxpool"), "Tile": _tile, "Resize": _resize,
     "ConvTranspose": _conv_transpose,
+    "TopK": _topk, "CumSum": _simple("cumsum", ("exclusive", "reverse")), "Range": _simple("range"),
+    "DepthToSpace": _simple("depth_to_space", ("blocksize", "mode")),
+    "SpaceToDepth": _simple("space_to_depth", ("blocksize", "mode")),
 }
 SUPPORTED_OPS = tuple(sorted(CONVERTERS) + ["Constant"])
 

@@ -1,8 +1,9 @@
 """More data-movement ops (ONNX semantics): gather, slice, split, squeeze, unsqueeze,
-expand, tile, pad, einsum, shape, constant_of_shape.
+expand, tile, pad, einsum, shape, constant_of_shape, range.
 
 Static inputs (slice's starts/ends/axes/steps, split's sizes, squeeze/unsqueeze's axes,
-expand's shape, tile's repeats, pad's pads/constant_value/axes, constant_of_shape's shape) arrive as
+expand's shape, tile's repeats, pad's pads/constant_value/axes, constant_of_shape's shape, range's
+start/limit/delta) arrive as
 attributes (see `compiler.passes.fold`); the shape rules and the lowerings share one
 helper per op, so they cannot disagree.
 
@@ -434,3 +435,47 @@ def _cos(node):
 
 
 register("constant_of_shape", (0, 0), ("value", "dtype"), static_inputs=((0, "shape"),))((_cos_infer, _cos))
+
+
+# ---------------------------------------------------------------- range
+
+RANGE_DTYPES = dtypes.FLOAT_DTYPES + dtypes.INT_DTYPES
+
+
+def _range_params(node):
+    """(dtype, start, delta, n): n = max(ceil((limit - start) / delta), 0), the ONNX
+    rule, with the difference taken in the op's dtype as onnxruntime does."""
+    vals = {k: _unwrap(node, k, node.attr(k)) for k in ("start", "limit", "delta")}
+    missing = [k for k, v in vals.items() if v is None]
+    if missing:
+        fail(node, f"{', '.join(repr(k) for k in missing)} required (inputs 0-2, constants)")
+    default = "int64" if all(isinstance(v, int) and not isinstance(v, bool) for v in vals.values()) else "float32"
+    dt = node.attr("dtype", default)
+    if dt not in RANGE_DTYPES:
+        fail(node, f"dtype {dt!r} must be numeric ({', '.join(RANGE_DTYPES)})")
+    start, limit, delta = (_scalar(node, k, vals[k], dt) for k in ("start", "limit", "delta"))
+    if delta == 0:
+        fail(node, "delta must not be 0")
+    if dt in dtypes.FLOAT_DTYPES:
+        diff = float(np.asarray(limit, dtypes.np_dtype(dt)) - np.asarray(start, dtypes.np_dtype(dt)))
+        n = max(math.ceil(diff / delta), 0) if math.isfinite(diff / delta) else -1
+    else:
+        n = max(-((start - limit) // delta), 0)
+    if not 0 <= n <= 1 << 31:
+        fail(node, f"range({start}, {limit}, {delta}) has too many elements")
+    return dt, start, delta, n
+
+
+def _range_infer(node, ins):
+    dt, _, _, n = _range_params(node)
+    return [(dt, (n,))]
+
+
+def _range(node):
+    dt, start, delta, n = _range_params(node)
+    acc = jnp.float32 if dt in ("float16", "bfloat16") else _device_dtype(dt)
+    return ((start + jnp.arange(n, dtype=acc) * jnp.asarray(delta, acc)).astype(_device_dtype(dt)),)
+
+
+register("range", (0, 0), ("dtype",), static_inputs=((0, "start"), (1, "limit"), (2, "delta")),
+         static_dtype="dtype")((_range_infer, _range))

@@ -1,4 +1,5 @@
-"""More reductions (ONNX semantics): reduce_max, reduce_min, reduce_prod, argmax, argmin.
+"""More reductions and ops along one axis (ONNX semantics): reduce_max, reduce_min,
+reduce_prod, argmax, argmin, topk, cumsum.
 
 The reduce ops take `axes` (or input 1), `keepdims` and `noop_with_empty_axes` as
 reduce_sum does (compiler/ops/math_ops.py, `_reduce_axes`). Over an empty extent
@@ -9,14 +10,21 @@ an empty extent there is refused at compile time (as a constant out of that rang
 float16/bfloat16 is computed in float32 and cast back; integer products wrap. max/min
 propagate NaN. argmax/argmin return int64 (int32 on the device) indices of the first
 extreme value, or the last with `select_last_index`.
+
+topk returns the k largest (or smallest) values along an axis and their int64 indices,
+sorted, equal values in index order (what onnxruntime does; ONNX leaves the order
+open when `sorted=0`, and we sort then too). cumsum sums along an axis (input 1, a
+constant), optionally exclusive and/or reversed; float16/bfloat16 accumulate in
+float32, integers wrap in their own type.
 """
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from aotplan import dtypes
 from compiler.ops.math_ops import _reduce_axes
-from compiler.ops.registry import fail, flag_attr, fmt, int_attr, norm_axis, register
+from compiler.ops.registry import fail, flag_attr, fmt, int_attr, norm_axis, register, scalar_attr
 
 NUMERIC_DTYPES = dtypes.FLOAT_DTYPES + dtypes.INT_DTYPES
 
@@ -97,3 +105,77 @@ def _arg(node, x):
 
 for _op in ("argmax", "argmin"):
     register(_op, (1, 1), ("axis", "keepdims", "select_last_index"))((_arg_infer, _arg))
+
+
+# ---------------------------------------------------------------- topk
+
+def _topk_params(node, shape):
+    axis = norm_axis(node, int_attr(node, "axis", -1), len(shape))
+    if node.attr("k") is None:
+        fail(node, "'k' is required (input 1, or the attribute before opset 10)")
+    k = scalar_attr(node, "k")
+    if not 0 <= k <= shape[axis]:
+        fail(node, f"k={k} is out of range for axis {axis} of length {shape[axis]}")
+    return axis, k, flag_attr(node, "largest", 1), flag_attr(node, "sorted", 1)
+
+
+def _topk_infer(node, ins):
+    x = ins[0]
+    if x.dtype not in NUMERIC_DTYPES:
+        fail(node, f"input {fmt(x)} must be numeric ({', '.join(NUMERIC_DTYPES)})")
+    axis, k, _, _ = _topk_params(node, x.shape)
+    shape = x.shape[:axis] + (k,) + x.shape[axis + 1:]
+    return [(x.dtype, shape), ("int64", shape)]
+
+
+def _order_key(x):
+    """An order-reversing bijection: top_k of it is the bottom k of x (~ for integers,
+    no overflow; - for floats, exact)."""
+    return ~x if jnp.issubdtype(x.dtype, jnp.integer) else -x
+
+
+def _topk(node, x):
+    axis, k, largest, _ = _topk_params(node, x.shape)
+    xt = jnp.moveaxis(x, axis, -1)
+    v, i = lax.top_k(xt if largest else _order_key(xt), k)  # (ties: the lower index first)
+    v = v if largest else _order_key(v)
+    i = i.astype(jax.dtypes.canonicalize_dtype(dtypes.np_dtype("int64")))
+    return jnp.moveaxis(v, -1, axis), jnp.moveaxis(i, -1, axis)
+
+
+register("topk", (1, 1), ("axis", "largest", "sorted"), n_outputs=2, static_inputs=((1, "k"),))((
+    _topk_infer, _topk))
+
+
+# ---------------------------------------------------------------- cumsum
+
+def _cumsum_axis(node, rank):
+    if node.attr("axis") is None:
+        fail(node, "'axis' is required (input 1)")
+    flag_attr(node, "exclusive", 0)
+    flag_attr(node, "reverse", 0)
+    return norm_axis(node, scalar_attr(node, "axis"), rank)
+
+
+def _cumsum_infer(node, ins):
+    x = ins[0]
+    if x.dtype not in NUMERIC_DTYPES:
+        fail(node, f"input {fmt(x)} must be numeric ({', '.join(NUMERIC_DTYPES)})")
+    _cumsum_axis(node, len(x.shape))
+    return [(x.dtype, x.shape)]
+
+
+def _cumsum(node, x):
+    axis = _cumsum_axis(node, x.ndim)
+    y = jnp.flip(x, axis) if node.attr("reverse", 0) else x
+    acc = jnp.float32 if x.dtype in (jnp.float16, jnp.bfloat16) else x.dtype
+    y = jnp.cumsum(y, axis=axis, dtype=acc)
+    if node.attr("exclusive", 0):  # shifted by one: the first is 0, the last sum is dropped
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (1, 0)
+        y = lax.slice_in_dim(jnp.pad(y, pad), 0, x.shape[axis], axis=axis)
+    y = jnp.flip(y, axis) if node.attr("reverse", 0) else y
+    return (y.astype(x.dtype),)
+
+
+register("cumsum", (1, 1), ("exclusive", "reverse"), static_inputs=((1, "axis"),))((_cumsum_infer, _cumsum))

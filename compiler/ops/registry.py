@@ -14,6 +14,8 @@ An `OpDef` has:
   binds each to its attribute once it is a compile-time constant; `infer` and `lower`
   only ever see the dynamic inputs and the attributes. "" at a static position means
   absent (ONNX's convention for an omitted optional input).
+- `static_dtype`: the attribute that receives the dtype of the static inputs (range:
+  its output has their type, which binding them to numbers would lose).
 - `foldable`: constant folding may evaluate it at compile time.
 - `internal`: a compiler pass's own op (transdata, which the layout pass inserts), never
   a model's: `validate` refuses it in a model as an unknown op (`model_ops()`).
@@ -40,6 +42,7 @@ class OpDef:
     foldable: bool = True
     shape_value: object = None  # (node, input infos) -> output values, for ops like `shape`
     internal: bool = False
+    static_dtype: str = None
 
     @property
     def static_positions(self):
@@ -47,13 +50,13 @@ class OpDef:
 
 
 def register(name, arity, attrs=(), n_outputs=1, static_inputs=(), foldable=True, shape_value=None,
-             internal=False):
+             internal=False, static_dtype=None):
     """`register(name, arity, attrs)((infer, lower))` adds an op to the registry."""
     def add(pair):
         infer, lower = pair
         all_attrs = tuple(attrs) + tuple(a for _, a in static_inputs if a not in attrs)
         OPS[name] = OpDef(name, infer, lower, arity, all_attrs, n_outputs, tuple(static_inputs), foldable,
-                          shape_value, internal)
+                          shape_value, internal, static_dtype)
         return pair
     return add
 
@@ -127,6 +130,19 @@ def int_attr(node, key, default):
     v = node.attr(key, default)
     if not _is_int(v):
         fail(node, f"attribute {key!r} must be a 64-bit integer, got {v!r}")
+    return v
+
+
+def scalar_attr(node, key):
+    """An integer attribute that ONNX passes as a tensor input of one element (TopK's
+    k, CumSum's axis): a scalar, or a list of one, once `fold` has bound it."""
+    v = node.attr(key)
+    if isinstance(v, tuple):
+        if len(v) != 1:
+            fail(node, f"{key!r} must be one integer, got {list(v)}")
+        v = v[0]
+    if not _is_int(v):
+        fail(node, f"{key!r} must be an integer, got {v!r}")
     return v
 
 

@@ -1,4 +1,5 @@
-"""Data-movement ops: reshape, flatten, transpose, concat."""
+"""Data-movement ops: reshape, flatten, transpose, concat, depth_to_space,
+space_to_depth (ONNX semantics: NCHW, in DCR or CRD mode)."""
 
 import math
 
@@ -86,6 +87,66 @@ def _concat_infer(node, ins):
 
 register("concat", (1, 1 << 16), ('axis',))((_concat_infer, lambda node, *xs: (
     jnp.concatenate(xs, axis=node.attr("axis", 0)),)))
+
+
+def _block_params(node, x):
+    if len(x.shape) != 4:
+        fail(node, f"input {fmt(x)} must be 4-D (N, C, H, W)")
+    if node.attr("blocksize") is None:
+        fail(node, "attribute 'blocksize' is required")
+    bs = int_attr(node, "blocksize", None)
+    if bs < 1:
+        fail(node, f"attribute 'blocksize' must be >= 1, got {bs}")
+    return bs
+
+
+def _block_mode(node):
+    mode = node.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        fail(node, f"attribute 'mode' must be 'DCR' or 'CRD', got {mode!r}")
+    return mode
+
+
+def _d2s_params(node, x):
+    bs = _block_params(node, x)
+    n, c, h, w = x.shape
+    mode = _block_mode(node)
+    if c % (bs * bs):
+        fail(node, f"channels of {fmt(x)} must be a multiple of blocksize^2 = {bs * bs}")
+    return bs, mode, (n, c // (bs * bs), h * bs, w * bs)
+
+
+def _d2s(node, x):
+    bs, mode, out = _d2s_params(node, x)
+    n, c, h, w = x.shape
+    if mode == "DCR":  # channels are (block row, block column, output channel)
+        y = x.reshape(n, bs, bs, c // (bs * bs), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:  # CRD: (output channel, block row, block column)
+        y = x.reshape(n, c // (bs * bs), bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return (y.reshape(out),)
+
+
+register("depth_to_space", (1, 1), ("blocksize", "mode"))((
+    lambda node, ins: [(ins[0].dtype, _d2s_params(node, ins[0])[2])], _d2s))
+
+
+def _s2d_params(node, x):
+    bs = _block_params(node, x)
+    n, c, h, w = x.shape
+    if h % bs or w % bs:
+        fail(node, f"height and width of {fmt(x)} must be multiples of blocksize {bs}")
+    return bs, _block_mode(node), (n, c * bs * bs, h // bs, w // bs)
+
+
+def _s2d(node, x):
+    bs, mode, out = _s2d_params(node, x)
+    n, c, h, w = x.shape
+    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)  # (the inverse of depth_to_space's)
+    return (x.reshape(n, c, h // bs, bs, w // bs, bs).transpose(perm).reshape(out),)
+
+
+register("space_to_depth", (1, 1), ("blocksize", "mode"))((
+    lambda node, ins: [(ins[0].dtype, _s2d_params(node, ins[0])[2])], _s2d))
 
 
 def _transdata_infer(node, ins):

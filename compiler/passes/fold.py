@@ -137,7 +137,7 @@ def _static_closure(graph, order):
 
 # static inputs whose values are numbers (scalars, or lists of floats) the op checks
 # itself; the others are integer lists
-_VALUE_STATICS = frozenset({"value", "min", "max", "roi", "scales", "k"})
+_VALUE_STATICS = frozenset({"value", "min", "max", "roi", "scales", "k", "axis", "start", "limit", "delta"})
 
 
 def _bind(node, op, consts):
@@ -155,6 +155,11 @@ def _bind(node, op, consts):
         if c is None:
             raise ModelError(f"node {node.name!r} ({node.op}): input {name!r} ({static[p]}) must be known at compile "
                              f"time, but it depends on a graph input (freeze it: --freeze-input NAME=FILE.npy)")
+        if op.static_dtype:  # (range: the output's dtype is the inputs')
+            if attrs.setdefault(op.static_dtype, c.dtype) != c.dtype:
+                raise ShapeError(f"node {node.name!r} ({node.op}): input {name!r} ({static[p]}) is {c.dtype}, "
+                                 f"not {attrs[op.static_dtype]} as the node's other inputs (or its "
+                                 f"{op.static_dtype!r}): they must share one dtype")
         if static[p] in _VALUE_STATICS:
             attrs[static[p]] = c.data.item() if c.data.ndim == 0 else c.data.tolist()
         elif c.data.dtype.kind not in "iu" or c.data.ndim != 1:  # (named: the model has no such attribute)

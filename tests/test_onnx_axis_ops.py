@@ -1,0 +1,187 @@
+"""TopK, CumSum, Range, DepthToSpace and SpaceToDepth (added for PyTorch and
+HuggingFace exports: beam search and detection heads, position ids, torch.arange,
+PixelShuffle), against onnxruntime.
+
+One model per dtype holds every form (XLA compile time dominates), compiled in kernel
+and sink mode: TopK along each axis, largest and smallest, k = 0 and k = the whole
+axis, ties (resolved to the lower index), only its indices used; CumSum exclusive
+and/or reversed along a middle and a negative axis; Range folded from a shape and
+kept as a launch; DepthToSpace in DCR and CRD mode, and SpaceToDepth undoing it.
+ONNX's own node tests of these ops run in tests/test_onnx_node.py."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto as TP, helper  # noqa: E402
+
+from aotplan.errors import ModelError, ShapeError  # noqa: E402
+from test_onnx_added_ops import _check, _one, _prepare  # noqa: E402
+from test_onnx_semantics import _model, _vi  # noqa: E402
+
+R = np.random.default_rng(2028)
+N = helper.make_node
+I64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+
+
+def _axis_model(elem, opset=18):
+    """x [2, 8, 3, 4]: TopK (four forms), CumSum (four), DepthToSpace (two) and
+    SpaceToDepth back; a Range over x's second dimension, folded."""
+    nodes = [
+        N("TopK", ["x", "k3"], ["top_v", "top_i"], axis=1),
+        N("TopK", ["x", "k2"], ["low_v", "low_i"], axis=-1, largest=0),
+        N("TopK", ["x", "k0"], ["none_v", "none_i"], axis=2),
+        N("TopK", ["x", "k8"], ["unused", "all_i"], axis=1, largest=0),  # only its indices are used
+        N("CumSum", ["x", "ax1"], ["cs"]),
+        N("CumSum", ["x", "axm1"], ["cs_ex"], exclusive=1),
+        N("CumSum", ["x", "ax1"], ["cs_rev"], reverse=1),
+        N("CumSum", ["x", "ax2"], ["cs_ex_rev"], exclusive=1, reverse=1),
+        N("DepthToSpace", ["x"], ["d2s"], blocksize=2),
+        N("DepthToSpace", ["x"], ["d2s_crd"], blocksize=2, mode="CRD"),
+        N("SpaceToDepth", ["d2s"], ["s2d"], blocksize=2),
+        N("Shape", ["x"], ["shp"]), N("Gather", ["shp", "one"], ["n"]),
+        N("Range", ["zero", "n", "step"], ["pos"], name="rng"),
+    ]
+    outs = ["top_v", "top_i", "low_v", "low_i", "none_v", "none_i", "all_i", "cs", "cs_ex", "cs_rev", "cs_ex_rev",
+            "d2s", "d2s_crd", "s2d", "pos"]
+    inits = [("k3", I64(3)), ("k2", I64(2)), ("k0", I64(0)), ("k8", I64(8)), ("ax1", np.array(1, np.int32)),
+             ("axm1", np.array(-1, np.int64)), ("ax2", np.array(2, np.int64)), ("one", np.array(1, np.int64)),
+             ("zero", np.array(0, np.int64)), ("step", np.array(3, np.int64))]
+    return _model(nodes, [_vi("x", elem, [2, 8, 3, 4])],
+                  [_vi(o, TP.INT64 if o.endswith("_i") or o == "pos" else elem) for o in outs], inits, opset)
+
+
+def _ties(dt):
+    """Values with many ties (TopK picks the lower index among equals) and sign changes."""
+    if np.dtype(dt).kind == "u":
+        return R.integers(0, 6, (2, 8, 3, 4)).astype(dt)
+    if np.dtype(dt).kind == "i":
+        return R.integers(-5, 6, (2, 8, 3, 4)).astype(dt)
+    return (R.integers(-12, 13, (2, 8, 3, 4)) / 4).astype(dt)
+
+
+@pytest.mark.parametrize("elem, dt, rtol", [(TP.FLOAT, np.float32, 1e-6), (TP.FLOAT16, np.float16, 1e-3),
+                                            (TP.INT32, np.int32, 0), (TP.INT64, np.int64, 0)])
+def test_axis_ops_match_onnxruntime(elem, dt, rtol):
+    feeds, m = {"x": _ties(dt)}, _axis_model(elem)
+    want = None
+    if elem in (TP.INT32, TP.INT64):  # onnxruntime has no integer DepthToSpace: ONNX's reference evaluator
+        from onnx.reference import ReferenceEvaluator
+
+        names = [o.name for o in m.graph.output]
+        want = dict(zip(names, ReferenceEvaluator(m).run(names, feeds)))
+    plan, sess = _check(m, feeds, rtol=rtol, atol=0, want=want)
+    out = sess.run(feeds)
+    assert out["none_v"].shape == (2, 8, 0, 4) and out["all_i"].shape == (2, 8, 3, 4)
+    np.testing.assert_array_equal(out["pos"], np.arange(0, 8, 3))
+    np.testing.assert_array_equal(out["s2d"], feeds["x"])  # SpaceToDepth undoes DepthToSpace (DCR)
+    assert not any("rng" in (la.node,) + la.nodes for la in plan.launches)  # folded: a shape decides it
+
+
+def test_topk_on_uint8_and_int8_extremes():
+    """Smallest-k of integers uses the bitwise complement as its order key: the type's
+    minimum and maximum come out exact (negation would overflow)."""
+    for elem, dt in ((TP.UINT8, np.uint8), (TP.INT8, np.int8)):
+        info = np.iinfo(dt)
+        x = np.array([[3, info.max, info.min, 0, info.min, info.max, 1]], dt)
+        m = _model([N("TopK", ["x", "k"], ["lo", "lo_i"], largest=0), N("TopK", ["x", "k"], ["hi", "hi_i"])],
+                   [_vi("x", elem, [1, 7])], [_vi(o, TP.INT64 if o.endswith("_i") else elem)
+                                              for o in ("lo", "lo_i", "hi", "hi_i")],
+                   [("k", I64(3))], opset=11)
+        # (onnxruntime has no int8/uint8 TopK: the expected values are numpy's stable sort)
+        order = np.argsort(x, axis=-1, kind="stable")[:, :3]
+        rorder = np.argsort(-x.astype(np.int64), axis=-1, kind="stable")[:, :3]
+        want = {"lo": np.take_along_axis(x, order, -1), "lo_i": order.astype(np.int64),
+                "hi": np.take_along_axis(x, rorder, -1), "hi_i": rorder.astype(np.int64)}
+        _check(m, {"x": x}, modes=("sink",), want=want)
+
+
+def test_topk_1_takes_k_as_attribute_and_cumsum_reads_bfloat16_in_float32():
+    x = R.standard_normal((3, 50)).astype(np.float32)
+    m = _model([N("TopK", ["x"], ["v", "i"], k=5)], [_vi("x", TP.FLOAT, [3, 50])],
+               [_vi("v", TP.FLOAT), _vi("i", TP.INT64)], opset=9)
+    _check(m, {"x": x}, modes=("sink",))
+    # bfloat16: onnxruntime has no CumSum for it; float32 sums rounded once to bfloat16
+    import ml_dtypes
+
+    xb = x.astype(ml_dtypes.bfloat16)
+    m = _model([N("CumSum", ["x", "a"], ["y"])], [_vi("x", TP.BFLOAT16, [3, 50])], [_vi("y", TP.BFLOAT16)],
+               [("a", I64(1))], opset=14)
+    want = np.cumsum(xb.astype(np.float32), axis=1).astype(ml_dtypes.bfloat16)
+    _check(m, {"x": xb}, modes=("sink",), want={"y": want}, rtol=0)
+
+
+@pytest.mark.parametrize("start, limit, delta, elem, dt", [
+    (1.5, -2.0, -0.25, TP.FLOAT, np.float32), (0.1, 1.0, 0.3, TP.FLOAT, np.float32),
+    (10, -7, -4, TP.INT32, np.int32), (5, 5, 1, TP.INT64, np.int64), (-3, 40, 7, TP.INT16, np.int16),
+])
+def test_range_folds_like_onnxruntime(start, limit, delta, elem, dt):
+    """Range's length is ceil((limit - start) / delta), at least 0; its inputs' dtype is
+    the output's. The inputs are graph inputs frozen to constants (as --freeze-input)."""
+    from compiler.frontends import onnx_import
+    from compiler.passes import fold
+
+    feeds = {k: np.array(v, dt) for k, v in (("s", start), ("l", limit), ("d", delta))}
+    m = _model([N("Range", ["s", "l", "d"], ["y"]), N("Identity", ["y"], ["z"])],
+               [_vi(k, elem, []) for k in feeds], [_vi("z", elem)], opset=11)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(["z"], feeds)[0]
+    g = onnx_import.convert(m, name="m")
+    assert fold.static_graph_inputs(g) == ["d", "l", "s"]
+    g, _ = fold.run(fold.freeze_inputs(g, feeds))
+    (c,) = [c for c in g.constants if c.name == "y"]
+    assert c.data.dtype == want.dtype
+    np.testing.assert_allclose(c.data, want, rtol=1e-6)
+
+
+def test_range_as_a_launch_when_folding_is_off():
+    """With folding off a Range that no shape depends on stays a launch: the lowering
+    itself gives onnxruntime's numbers."""
+    m = _model([N("Range", ["s", "l", "d"], ["r"], name="rng"), N("Add", ["x", "r"], ["y"])], [_vi("x", TP.FLOAT, [7])],
+               [_vi("y", TP.FLOAT)], [("s", np.array(-1.0, np.float32)), ("l", np.array(2.4, np.float32)),
+                                      ("d", np.array(0.5, np.float32))], opset=11)
+    x = R.standard_normal(7).astype(np.float32)
+    plan, _ = _check(m, {"x": x}, modes=("kernel",), disabled=frozenset({"fold"}))
+    assert any(la.node == "rng" for la in plan.launches)
+
+
+def _topk(k, elem=TP.FLOAT, **attrs):
+    return _model([N("TopK", ["x", "k"], ["y", "i"], name="bad", **attrs)], [_vi("x", elem, [1, 2, 4, 4])],
+                  [_vi("y", elem), _vi("i", TP.INT64)], [("k", k)], opset=11)
+
+
+@pytest.mark.parametrize("model, match", [
+    (_topk(I64(5)), r"'bad' \(topk\): k=5 is out of range for axis 3 of length 4"),
+    (_topk(I64(1, 2)), r"'bad' \(topk\): 'k' must be one integer, got \[1, 2\]"),
+    (_topk(I64(1), largest=2), r"'bad' \(topk\).*'largest' must be 0 or 1"),
+    (_topk(I64(1), elem=TP.BOOL), r"'bad' \(topk\).*must be numeric"),
+    (_one("CumSum", ["a"], [("a", I64(4))], opset=14), r"'bad' \(cumsum\): axis 4 is out of range for rank 4"),
+    (_one("CumSum", ["a"], [("a", np.array(1.0, np.float32))], opset=14),
+     r"'bad' \(cumsum\): 'axis' must be an integer, got 1.0"),
+    (_one("DepthToSpace", [], blocksize=3), r"'bad' \(depth_to_space\): channels of 'x' float32\[1, 2, 4, 4\] must "
+                                            r"be a multiple of blocksize\^2 = 9"),
+    (_one("DepthToSpace", [], blocksize=1, mode="XYZ"), r"'bad' \(depth_to_space\).*'mode' must be 'DCR' or 'CRD'"),
+    (_one("SpaceToDepth", [], blocksize=3), r"'bad' \(space_to_depth\).*must be multiples of blocksize 3"),
+    (_one("SpaceToDepth", [], shape=(2, 4, 4)), r"'bad' \(space_to_depth\).*must be 4-D"),
+    (_one("DepthToSpace", [], blocksize=2, shape=(2, 4, 4, 1, 1)),
+     r"'bad' \(depth_to_space\): input 'x' float32\[2, 4, 4, 1, 1\] must be 4-D"),
+])
+def test_refused_forms_name_the_node(model, match):
+    with pytest.raises((ModelError, ShapeError), match=match):
+        _prepare(model)
+
+
+@pytest.mark.parametrize("consts, match", [
+    ([("s", np.array(0, np.int64)), ("l", np.array(4, np.int64)), ("d", np.array(0, np.int64))],
+     r"'bad' \(range\): delta must not be 0"),
+    ([("s", np.array(0, np.int64)), ("l", np.array(4, np.int32)), ("d", np.array(1, np.int64))],
+     r"'bad' \(range\): input 'l' \(limit\) is int32, not int64 as the node's other inputs"),
+    ([("s", np.array(0, np.int64)), ("l", np.array(2**40, np.int64)), ("d", np.array(1, np.int64))],
+     r"'bad' \(range\): attribute 'limit' value 1099511627776 is out of range for int64 \(int64 is stored as int32"),
+    ([("s", np.array(0.0, np.float32)), ("l", np.array(np.inf, np.float32)), ("d", np.array(1, np.float32))],
+     r"'bad' \(range\).*too many elements"),
+])
+def test_range_refusals_name_the_node(consts, match):
+    m = _model([N("Range", ["s", "l", "d"], ["y"], name="bad")], [], [_vi("y", TP.UNDEFINED)], consts, opset=11)
+    with pytest.raises((ModelError, ShapeError), match=match):
+        _prepare(m)
