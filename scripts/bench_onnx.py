@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """aotplan vs onnxruntime vs jax.jit on the onnx wheel's light architectures (batch 1,
-seeded random weights, see tests/onnx_light.py).
+seeded random weights, see tests/onnx_light.py), or on ONNX files of your own.
 
 For each model: median step latency (interleaved rounds, with min-max spread) of the
 aotplan plan replayed by the executor, of onnxruntime (CPU, same thread count), and of
 `jax.jit` of the direct evaluation of the same graph; plus arena bytes vs the lower bound.
 
-    python scripts/bench_onnx.py [--models squeezenet,resnet50] [--steps 20] [--rounds 3]
+    python scripts/bench_onnx.py [--models squeezenet,resnet50] [--steps 20] [--rounds 3] [--launch sink]
+    python scripts/bench_onnx.py --file model.onnx [--file other.onnx] [--input-shape x=1,64,40]
+
+A --file model's inputs are random: floats standard normal, integers in [0, 10), bools
+true; its symbolic dimensions need --input-shape. `--models ''` runs only the files.
 """
 
 import argparse
@@ -21,6 +25,25 @@ import onnx_light  # noqa: E402
 from benchutil import timed  # noqa: E402
 
 
+def _shape_arg(text):
+    name, _, dims = text.partition("=")
+    return name, tuple(int(d) for d in dims.split(","))
+
+
+def _random_feeds(graph):
+    from aotplan import dtypes
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for t in graph.inputs:
+        dt = dtypes.np_dtype(t.dtype)
+        if t.dtype == "bool":
+            out[t.name] = np.ones(t.shape, bool)
+        elif t.dtype in dtypes.FLOAT_DTYPES:
+            out[t.name] = rng.standard_normal(t.shape).astype(dt)
+        else:
+            out[t.name] = rng.integers(0, 10, t.shape).astype(dt)
+    return out
 
 
 def main():
@@ -28,6 +51,10 @@ def main():
     ap.add_argument("--models", default=",".join(onnx_light.LIGHT))
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--launch", default="sink", choices=("sink", "fused", "kernel"))
+    ap.add_argument("--file", action="append", default=[], help="an ONNX model to run too (repeatable)")
+    ap.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                    help="fix a --file input's shape (repeatable)")
     args = ap.parse_args()
 
     import jax
@@ -40,24 +67,34 @@ def main():
     from compiler.frontends import onnx_import
 
     threads = os.cpu_count()
+    shapes = dict(_shape_arg(a) for a in args.input_shape)
     print(f"jax {jax.__version__} ({jax.devices()[0].platform}), onnxruntime {ort.__version__} "
-          f"({threads} threads), launch mode kernel, {args.rounds} rounds x {args.steps // args.rounds} steps")
+          f"({threads} threads), launch mode {args.launch}, {args.rounds} rounds x {args.steps // args.rounds} steps")
     print(f"{'model':14s} {'launches':>8s} {'aotplan ms':>16s} {'onnxruntime ms':>16s} {'jax.jit ms':>16s} "
           f"{'aot/ort':>8s} {'aot/jit':>8s} {'arena MiB':>10s} {'bound MiB':>10s} {'arena/bound':>11s}")
-    for name in args.models.split(","):
-        m = onnx_light.load_randomized(name)
-        x = onnx_light.sample_inputs(onnx_light.input_shape(m), 1)[0]
-        in_name = onnx_light.data_input(m).name
-        graph = onnx_import.convert(m, name=name)
-        plan = pipeline.compile_graph(graph, model_json.graph_digest(graph)).plan
+    models = [(n, None) for n in args.models.split(",") if n] + [(os.path.basename(f), f) for f in args.file]
+    for name, path in models:
+        if path is None:
+            m = onnx_light.load_randomized(name)
+            feeds = {onnx_light.data_input(m).name: onnx_light.sample_inputs(onnx_light.input_shape(m), 1)[0]}
+            graph = onnx_import.convert(m, name=name)
+        else:
+            import onnx
+
+            m = onnx.load(path)
+            graph = onnx_import.convert(m, input_shapes=shapes, name=os.path.splitext(name)[0])
+            feeds = _random_feeds(graph)
+        plan = pipeline.compile_graph(graph, model_json.graph_digest(graph), pipeline.Options(launch=args.launch)).plan
         sess = executor.Session(codec.decode(codec.encode(plan)))
-        ort_sess, _ = onnx_light.run_onnxruntime(m, x, threads=threads)
+        opts = ort.SessionOptions()
+        opts.log_severity_level, opts.intra_op_num_threads = 3, threads
+        ort_sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         fn, _ = reference.make_function(graph)
         jitted = jax.jit(fn)
-        jx = {in_name: jnp.asarray(x)}
+        jx = {k: jnp.asarray(v) for k, v in feeds.items()}
         jax.block_until_ready(jitted(jx))
-        runs = {"aot": lambda: sess.run({in_name: x}),
-                "ort": lambda: ort_sess.run(None, {in_name: x}),
+        runs = {"aot": lambda: sess.run(feeds),
+                "ort": lambda: ort_sess.run(None, feeds),
                 "jit": lambda: jax.block_until_ready(jitted(jx))}
         for fn_ in runs.values():
             fn_()
@@ -71,7 +108,6 @@ def main():
         print(f"{name:14s} {len(plan.launches):8d} {fmt(s['aot']):>16s} {fmt(s['ort']):>16s} {fmt(s['jit']):>16s} "
               f"{s['aot'][0] / s['ort'][0]:8.2f} {s['aot'][0] / s['jit'][0]:8.2f} {mem.arena_bytes / 2**20:10.2f} "
               f"{mem.lower_bound_bytes / 2**20:10.2f} {mem.arena_bytes / max(mem.lower_bound_bytes, 1):11.3f}", flush=True)
-        del sess, ort_sess, jitted, plan
 
 
 if __name__ == "__main__":

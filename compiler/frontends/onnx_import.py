@@ -394,6 +394,30 @@ def _topk(c):
     c.emit("topk", c.inputs, c.outputs, **a)
 
 
+_RNN_INPUTS = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
+
+
+def _recurrent(op):
+    """LSTM, GRU, RNN: the inputs given (optional ones may be "" anywhere) are passed
+    with their `roles`; an unnamed output before a named one gets a name of its own."""
+    def conv(c):
+        a = c.take("activations", "activation_alpha", "activation_beta", "clip", "direction", "hidden_size",
+                   "layout", *(("input_forget",) if op == "lstm" else ("linear_before_reset",) if op == "gru" else ()))
+        names = c.inputs
+        if len(names) > (8 if op == "lstm" else 6):
+            c.fail(f"takes at most {8 if op == 'lstm' else 6} inputs, got {len(names)}")
+        roles = [r for r, n in zip(_RNN_INPUTS, names) if n]
+        if roles[:3] != ["X", "W", "R"]:
+            c.fail("inputs X, W and R are required")
+        if roles != list(_RNN_INPUTS[:len(roles)]):
+            a["roles"] = roles
+        outs = list(c.outputs)
+        while outs and not outs[-1]:
+            outs.pop()
+        c.emit(op, [n for n in names if n], [o or f"{c.name}:unused_output_{i}" for i, o in enumerate(outs)], **a)
+    return conv
+
+
 CONVERTERS = {
     "Conv": _conv, "BatchNormalization": _batchnorm, "Relu": _simple("relu"), "Add": _binary("add"),
     "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _binary("div"), "Sum": _simple("sum"),
@@ -426,6 +450,7 @@ CONVERTERS = {
     "ReduceProd": _reduce("reduce_prod", 18), "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"),
     "GlobalMaxPool": _simple("global_maxpool"), "Tile": _tile, "Resize": _resize,
     "ConvTranspose": _conv_transpose,
+    "LSTM": _recurrent("lstm"), "GRU": _recurrent("gru"), "RNN": _recurrent("rnn"),
     "TopK": _topk, "CumSum": _simple("cumsum", ("exclusive", "reverse")), "Range": _simple("range"),
     "DepthToSpace": _simple("depth_to_space", ("blocksize", "mode")),
     "SpaceToDepth": _simple("space_to_depth", ("blocksize", "mode")),
