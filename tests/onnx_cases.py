@@ -17,7 +17,8 @@ Abs Gelu LeakyRelu PRelu Elu Selu Softplus Floor Ceil Round Sin Cos Sign Max Min
 LessOrEqual Not And Or Xor ReduceMax ReduceMin ReduceProd ArgMax ArgMin GlobalMaxPool Tile Resize
 ConvTranspose
 Mod Trilu LogSoftmax InstanceNormalization ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp Mish
-TopK CumSum Range DepthToSpace SpaceToDepth LSTM GRU RNN""".split())
+TopK CumSum Range DepthToSpace SpaceToDepth LSTM GRU RNN
+Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Softsign Celu ThresholdedRelu Shrink IsNaN IsInf Mean""".split())
 
 SKIP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_node_skips.txt")
 

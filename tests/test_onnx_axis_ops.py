@@ -1,6 +1,7 @@
 """TopK, CumSum, Range, DepthToSpace and SpaceToDepth (added for PyTorch and
 HuggingFace exports: beam search and detection heads, position ids, torch.arange,
-PixelShuffle), against onnxruntime.
+PixelShuffle), and the remaining elementwise operators of ONNX's default domain, against
+onnxruntime.
 
 One model per dtype holds every form (XLA compile time dominates), compiled in kernel
 and sink mode: TopK along each axis, largest and smallest, k = 0 and k = the whole
@@ -185,3 +186,28 @@ def test_range_refusals_name_the_node(consts, match):
     m = _model([N("Range", ["s", "l", "d"], ["y"], name="bad")], [], [_vi("y", TP.UNDEFINED)], consts, opset=11)
     with pytest.raises((ModelError, ShapeError), match=match):
         _prepare(m)
+
+
+def test_more_elementwise_ops_match_onnxruntime():
+    """Tan, the inverse and hyperbolic functions, Softsign, Celu, ThresholdedRelu,
+    Shrink (float and int32), IsNaN, IsInf (each detect flag) and Mean, over values
+    that include inf and NaN where the functions meet them."""
+    ops = [("Tan", "u", {}), ("Asin", "u", {}), ("Acos", "u", {}), ("Atan", "x", {}), ("Sinh", "x", {}),
+           ("Cosh", "x", {}), ("Asinh", "x", {}), ("Acosh", "big", {}), ("Atanh", "u", {}), ("Softsign", "x", {}),
+           ("Celu", "x", {"alpha": 0.7}), ("ThresholdedRelu", "x", {"alpha": 0.3}),
+           ("Shrink", "x", {"bias": 0.25, "lambd": 0.6}), ("IsNaN", "odd", {}), ("IsInf", "odd", {}),
+           ("IsInf", "odd", {"detect_negative": 0}), ("IsInf", "odd", {"detect_positive": 0})]
+    nodes = [N(op, [src], [f"y{i}"], **a) for i, (op, src, a) in enumerate(ops)]
+    nodes += [N("Abs", ["x"], ["ax"]), N("Add", ["ax", "one"], ["big"]), N("Mean", ["x", "u", "row"], ["mean"]),
+              N("Shrink", ["ix"], ["ishrink"], bias=2.0, lambd=3.0)]
+    outs = [(f"y{i}", TP.BOOL if op.startswith("Is") else TP.FLOAT) for i, (op, _, _) in enumerate(ops)]
+    outs += [("mean", TP.FLOAT), ("ishrink", TP.INT32)]
+    m = _model(nodes, [_vi("x", TP.FLOAT, [3, 8]), _vi("u", TP.FLOAT, [3, 8]), _vi("odd", TP.FLOAT, [3, 8]),
+                       _vi("row", TP.FLOAT, [8]), _vi("ix", TP.INT32, [3, 8])],
+               [_vi(o, t) for o, t in outs], [("one", np.array(1.0, np.float32))], opset=18)
+    odd = R.standard_normal((3, 8)).astype(np.float32)
+    odd.flat[[0, 5, 9, 17]] = [np.inf, -np.inf, np.nan, -np.inf]
+    feeds = {"x": (R.standard_normal((3, 8)) * 2).astype(np.float32),
+             "u": R.uniform(-0.95, 0.95, (3, 8)).astype(np.float32), "odd": odd,
+             "row": R.standard_normal(8).astype(np.float32), "ix": R.integers(-8, 9, (3, 8)).astype(np.int32)}
+    _check(m, feeds, modes=("sink",), rtol=2e-6, atol=1e-7)

@@ -1,8 +1,10 @@
 """More elementwise ops (ONNX semantics): parametrized activations, rounding, trigonometry,
 variadic max/min, comparisons and logic.
 
-leaky_relu, prelu, elu, selu, softplus, floor, ceil, round, sin, cos, sign, max, min,
-greater, less, greater_equal, less_equal, not, and, or, xor.
+leaky_relu, prelu, elu, selu, celu, softplus, softsign, thresholded_relu, shrink, floor,
+ceil, round, sin, cos, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh, sign,
+is_nan, is_inf, max, min, mean, greater, less, greater_equal, less_equal, not, and, or,
+xor.
 
 Float math in float16/bfloat16 is computed in float32 and cast back (as the other op
 modules do). Round rounds half to even (ONNX). max and min propagate NaN (numpy's
@@ -80,6 +82,64 @@ register("ceil", (1, 1))((_float_unary_infer, lambda node, x: (jnp.ceil(x),)))
 register("round", (1, 1))((_float_unary_infer, lambda node, x: (jnp.round(x),)))  # half to even
 register("sin", (1, 1))((_float_unary_infer, _float_unary(lambda node, x: jnp.sin(x))))
 register("cos", (1, 1))((_float_unary_infer, _float_unary(lambda node, x: jnp.cos(x))))
+for _name, _fn in (("tan", jnp.tan), ("asin", jnp.arcsin), ("acos", jnp.arccos), ("atan", jnp.arctan),
+                   ("sinh", jnp.sinh), ("cosh", jnp.cosh), ("asinh", jnp.arcsinh), ("acosh", jnp.arccosh),
+                   ("atanh", jnp.arctanh), ("softsign", lambda x: x / (1 + jnp.abs(x)))):
+    register(_name, (1, 1))((_float_unary_infer, _float_unary(lambda node, x, fn=_fn: fn(x))))
+
+
+def _celu(node, x):
+    a = float(node.attr("alpha", 1.0))
+    return jnp.maximum(x, 0) + jnp.minimum(0, a * jnp.expm1(x / a))
+
+
+def _celu_infer(node, ins):
+    if float_attr(node, "alpha", 1.0) == 0:
+        fail(node, "attribute 'alpha' must not be 0")
+    return _float_unary_infer(node, ins)
+
+
+register("celu", (1, 1), ("alpha",))((_celu_infer, _float_unary(_celu)))
+register("thresholded_relu", (1, 1), ("alpha",))((_with_attrs(alpha=1.0), _float_unary(
+    lambda node, x: jnp.where(x > float(node.attr("alpha", 1.0)), x, 0))))
+
+
+def _shrink_infer(node, ins):
+    _require_numeric(node, ins[0])
+    float_attr(node, "bias", 0.0)
+    float_attr(node, "lambd", 0.5, minimum=0.0)
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+def _shrink(node, x):
+    """ONNX Shrink: x + bias below -lambd, x - bias above lambd, else 0 (integers: the
+    arithmetic in float32, cast back)."""
+    lambd, bias = float(node.attr("lambd", 0.5)), float(node.attr("bias", 0.0))
+    xf = x if x.dtype == jnp.float64 else x.astype(jnp.float32)
+    y = jnp.where(xf < -lambd, xf + bias, jnp.where(xf > lambd, xf - bias, 0))
+    return (y.astype(x.dtype),)
+
+
+register("shrink", (1, 1), ("bias", "lambd"))((_shrink_infer, _shrink))
+
+
+def _is_infer(node, ins):
+    require_float(node, ins[0])
+    if node.op == "is_inf":
+        flag_attr(node, "detect_negative", 1)
+        flag_attr(node, "detect_positive", 1)
+    return [("bool", ins[0].shape)]
+
+
+def _is_inf(node, x):
+    inf, none = jnp.isinf(x), jnp.zeros(x.shape, bool)
+    neg = inf & (x < 0) if node.attr("detect_negative", 1) else none
+    pos = inf & (x > 0) if node.attr("detect_positive", 1) else none
+    return (neg | pos,)
+
+
+register("is_nan", (1, 1))((_is_infer, lambda node, x: (jnp.isnan(x),)))
+register("is_inf", (1, 1), ("detect_negative", "detect_positive"))((_is_infer, _is_inf))
 
 
 def _sign_infer(node, ins):
@@ -142,6 +202,23 @@ def _variadic(fn):
 
 register("max", (1, 1 << 16))((_variadic_infer, _variadic(jnp.maximum)))
 register("min", (1, 1 << 16))((_variadic_infer, _variadic(jnp.minimum)))
+
+
+def _mean_infer(node, ins):
+    dt = same_dtype(node, ins)
+    require_float(node, ins[0])
+    return [(dt, broadcast_shape(node, ins))]
+
+
+def _mean(node, *xs):
+    shape = jnp.broadcast_shapes(*(x.shape for x in xs))
+    y = jnp.broadcast_to(_f32(xs[0]), shape)
+    for x in xs[1:]:
+        y = y + _f32(x)
+    return ((y / len(xs)).astype(xs[0].dtype),)
+
+
+register("mean", (1, 1 << 16))((_mean_infer, _mean))
 
 
 # ---------------------------------------------------------------- comparisons / logic
