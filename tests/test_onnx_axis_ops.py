@@ -1,6 +1,6 @@
 """TopK, CumSum, Range, DepthToSpace and SpaceToDepth (added for PyTorch and
 HuggingFace exports: beam search and detection heads, position ids, torch.arange,
-PixelShuffle), and the remaining elementwise operators of ONNX's default domain, against
+PixelShuffle), and more elementwise operators (trigonometry, Celu, Shrink, IsNaN, ...), against
 onnxruntime.
 
 One model per dtype holds every form (XLA compile time dominates), compiled in kernel

@@ -387,6 +387,12 @@ def _resize(c):
     c.emit("resize", [c.inputs[0], ""] + c.inputs[1:2], c.single_output(), **a)
 
 
+def _one_hot(c):
+    if len(c.inputs) != 3:
+        c.fail(f"takes 3 inputs (indices, depth, values), got {len(c.inputs)}")
+    c.emit("one_hot", [c.inputs[0], c.inputs[2], c.inputs[1]], c.single_output(), **c.take("axis"))
+
+
 def _topk(c):
     a = c.take("axis", "largest", "sorted")
     if c.version < 10:  # TopK-1: k is an attribute
@@ -457,6 +463,10 @@ CONVERTERS = {
     "ThresholdedRelu": _simple("thresholded_relu", ("alpha",)), "Shrink": _simple("shrink", ("bias", "lambd")),
     "IsNaN": _simple("is_nan"), "IsInf": _simple("is_inf", ("detect_negative", "detect_positive")),
     "Mean": _simple("mean"),
+    "GatherElements": _simple("gather_elements", ("axis",)), "GatherND": _simple("gather_nd", ("batch_dims",)),
+    "ScatterElements": _simple("scatter_elements", ("axis", "reduction")), "Scatter": _simple("scatter_elements", ("axis",)),
+    "ScatterND": _simple("scatter_nd", ("reduction",)), "OneHot": _one_hot,
+    "Hardmax": _softmax_like("hardmax"),
     "TopK": _topk, "CumSum": _simple("cumsum", ("exclusive", "reverse")), "Range": _simple("range"),
     "DepthToSpace": _simple("depth_to_space", ("blocksize", "mode")),
     "SpaceToDepth": _simple("space_to_depth", ("blocksize", "mode")),

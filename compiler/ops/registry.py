@@ -13,7 +13,9 @@ An `OpDef` has:
   passes reshape's shape, slice's starts, ... as tensors). `compiler.passes.fold`
   binds each to its attribute once it is a compile-time constant; `infer` and `lower`
   only ever see the dynamic inputs and the attributes. "" at a static position means
-  absent (ONNX's convention for an omitted optional input).
+  absent (ONNX's convention for an omitted optional input). Static inputs come after
+  every dynamic one (a bound node's dynamic inputs keep their positions); a front end
+  reorders ONNX's inputs where it puts one first (OneHot's depth).
 - `static_dtype`: the attribute that receives the dtype of the static inputs (range:
   its output has their type, which binding them to numbers would lose).
 - `foldable`: constant folding may evaluate it at compile time.
@@ -52,6 +54,9 @@ class OpDef:
 def register(name, arity, attrs=(), n_outputs=1, static_inputs=(), foldable=True, shape_value=None,
              internal=False, static_dtype=None):
     """`register(name, arity, attrs)((infer, lower))` adds an op to the registry."""
+    if static_inputs and min(p for p, _ in static_inputs) < arity[1]:  # (see the module docstring)
+        raise ValueError(f"op {name}: static inputs must follow every dynamic one")
+
     def add(pair):
         infer, lower = pair
         all_attrs = tuple(attrs) + tuple(a for _, a in static_inputs if a not in attrs)

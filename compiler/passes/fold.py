@@ -137,7 +137,7 @@ def _static_closure(graph, order):
 
 # static inputs whose values are numbers (scalars, or lists of floats) the op checks
 # itself; the others are integer lists
-_VALUE_STATICS = frozenset({"value", "min", "max", "roi", "scales", "k", "axis", "start", "limit", "delta"})
+_VALUE_STATICS = frozenset({"value", "min", "max", "roi", "scales", "k", "axis", "start", "limit", "delta", "depth"})
 
 
 def _bind(node, op, consts):
