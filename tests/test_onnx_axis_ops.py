@@ -211,3 +211,20 @@ def test_more_elementwise_ops_match_onnxruntime():
              "u": R.uniform(-0.95, 0.95, (3, 8)).astype(np.float32), "odd": odd,
              "row": R.standard_normal(8).astype(np.float32), "ix": R.integers(-8, 9, (3, 8)).astype(np.int32)}
     _check(m, feeds, modes=("sink",), rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+def test_upsample_matches_onnxruntime(opset):
+    """Upsample (old YOLO and FPN exports), nearest and linear, integer and fractional
+    scales: Upsample-7 takes `scales` as an attribute, Upsample-9 as an input."""
+    scales = [np.array([1, 1, 2, 2], np.float32), np.array([1, 1, 1.5, 2.5], np.float32)]
+    nodes, inits = [], []
+    for i, (s, mode) in enumerate([(s, m) for s in scales for m in ("nearest", "linear")]):
+        if opset < 9:
+            nodes.append(N("Upsample", ["x"], [f"y{i}"], mode=mode, scales=s.tolist()))
+        else:
+            nodes.append(N("Upsample", ["x", f"s{i}"], [f"y{i}"], mode=mode))
+            inits.append((f"s{i}", s))
+    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 3, 4])], [_vi(f"y{i}", TP.FLOAT) for i in range(4)], inits,
+               opset=opset)
+    _check(m, {"x": R.standard_normal((1, 2, 3, 4)).astype(np.float32)}, modes=("sink",), rtol=1e-6, atol=1e-6)

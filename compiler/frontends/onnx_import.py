@@ -387,6 +387,25 @@ def _resize(c):
     c.emit("resize", [c.inputs[0], ""] + c.inputs[1:2], c.single_output(), **a)
 
 
+def _upsample(c):
+    """Upsample (opsets 7-9; Resize replaced it in 10): Resize-10's semantics, which is
+    what onnxruntime runs for both (asymmetric coordinates, its nearest rounding);
+    Upsample-7 takes `scales` as an attribute."""
+    if c.version < 7:
+        c.fail("Upsample before opset 7 (height_scale/width_scale) is not supported")
+    a = c.take("mode")
+    a.update(coordinate_transformation_mode="asymmetric", nearest_mode="simple")
+    if c.version < 9:
+        if "scales" not in c.attrs:
+            c.fail("attribute 'scales' is required")
+        a["scales"] = c.attrs.pop("scales")
+        c.emit("resize", c.inputs[:1], c.single_output(), **a)
+    else:
+        if len(c.inputs) != 2:
+            c.fail(f"takes 2 inputs (X, scales), got {len(c.inputs)}")
+        c.emit("resize", [c.inputs[0], ""] + c.inputs[1:2], c.single_output(), **a)
+
+
 def _one_hot(c):
     if len(c.inputs) != 3:
         c.fail(f"takes 3 inputs (indices, depth, values), got {len(c.inputs)}")
@@ -466,7 +485,7 @@ CONVERTERS = {
     "GatherElements": _simple("gather_elements", ("axis",)), "GatherND": _simple("gather_nd", ("batch_dims",)),
     "ScatterElements": _simple("scatter_elements", ("axis", "reduction")), "Scatter": _simple("scatter_elements", ("axis",)),
     "ScatterND": _simple("scatter_nd", ("reduction",)), "OneHot": _one_hot,
-    "Hardmax": _softmax_like("hardmax"),
+    "Hardmax": _softmax_like("hardmax"), "Upsample": _upsample,
     "TopK": _topk, "CumSum": _simple("cumsum", ("exclusive", "reverse")), "Range": _simple("range"),
     "DepthToSpace": _simple("depth_to_space", ("blocksize", "mode")),
     "SpaceToDepth": _simple("space_to_depth", ("blocksize", "mode")),
