@@ -228,3 +228,15 @@ def test_upsample_matches_onnxruntime(opset):
     m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 3, 4])], [_vi(f"y{i}", TP.FLOAT) for i in range(4)], inits,
                opset=opset)
     _check(m, {"x": R.standard_normal((1, 2, 3, 4)).astype(np.float32)}, modes=("sink",), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+def test_group_normalization_matches_onnxruntime(opset):
+    """GroupNormalization-18 scales per group, -21 per channel (nn.GroupNorm exports)."""
+    x = (R.standard_normal((2, 6, 3, 5)) * 3 + 1).astype(np.float32)
+    n = 3 if opset < 21 else 6
+    m = _model([N("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, epsilon=1e-3)],
+               [_vi("x", TP.FLOAT, [2, 6, 3, 5])], [_vi("y", TP.FLOAT)],
+               [("s", R.standard_normal(n).astype(np.float32)), ("b", R.standard_normal(n).astype(np.float32))],
+               opset=opset)
+    _check(m, {"x": x}, modes=("sink",), rtol=1e-5, atol=1e-5)

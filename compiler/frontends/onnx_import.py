@@ -406,6 +406,14 @@ def _upsample(c):
         c.emit("resize", [c.inputs[0], ""] + c.inputs[1:2], c.single_output(), **a)
 
 
+def _group_norm(c):
+    a = c.take("epsilon", "num_groups")
+    c.drop("stash_type")  # (1, float32: what we compute in; 21 adds it)
+    if c.version < 21:  # GroupNormalization-18: scale and bias per group
+        a["per_group_affine"] = 1
+    c.emit("group_norm", c.inputs, c.single_output(), **a)
+
+
 def _one_hot(c):
     if len(c.inputs) != 3:
         c.fail(f"takes 3 inputs (indices, depth, values), got {len(c.inputs)}")
@@ -486,6 +494,7 @@ CONVERTERS = {
     "ScatterElements": _simple("scatter_elements", ("axis", "reduction")), "Scatter": _simple("scatter_elements", ("axis",)),
     "ScatterND": _simple("scatter_nd", ("reduction",)), "OneHot": _one_hot,
     "Hardmax": _softmax_like("hardmax"), "Upsample": _upsample,
+    "GroupNormalization": _group_norm,
     "TopK": _topk, "CumSum": _simple("cumsum", ("exclusive", "reverse")), "Range": _simple("range"),
     "DepthToSpace": _simple("depth_to_space", ("blocksize", "mode")),
     "SpaceToDepth": _simple("space_to_depth", ("blocksize", "mode")),

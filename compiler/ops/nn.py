@@ -138,6 +138,45 @@ def _instance_norm(node, x, scale, bias):
 register("instance_norm", (3, 3), ("epsilon",))((_instance_norm_infer, _instance_norm))
 
 
+def _group_norm_infer(node, ins):
+    x, scale, bias = ins
+    require_float(node, x)
+    same_dtype(node, ins)
+    if len(x.shape) < 3:
+        fail(node, f"input {fmt(x)} must have rank 3 or more (N, C, spatial...)")
+    if node.attr("num_groups") is None:
+        fail(node, "attribute 'num_groups' is required")
+    g = int_attr(node, "num_groups", 1)
+    if g < 1 or x.shape[1] % g:
+        fail(node, f"num_groups {g} must divide the {x.shape[1]} channels of {fmt(x)}")
+    n = g if flag_attr(node, "per_group_affine", 0) else x.shape[1]
+    for t in (scale, bias):
+        if tuple(t.shape) != (n,):
+            fail(node, f"scale/bias {fmt(t)} must have shape [{n}] (one per "
+                       f"{'group' if n == g else 'channel'} of {fmt(x)})")
+    float_attr(node, "epsilon", 1e-5, minimum=0.0)
+    return [(x.dtype, x.shape)]
+
+
+def _group_norm(node, x, scale, bias):
+    """ONNX GroupNormalization: each (n, group of channels) normalized over its channels
+    and the spatial axes (float32 math); scale and bias per channel (per group with
+    `per_group_affine`: GroupNormalization-18)."""
+    g = node.attr("num_groups")
+    xf = _f32(x).reshape((x.shape[0], g, -1))
+    mean = xf.mean(axis=2, keepdims=True)
+    var = jnp.square(xf - mean).mean(axis=2, keepdims=True)
+    y = ((xf - mean) * lax.rsqrt(var + node.attr("epsilon", 1e-5))).reshape(x.shape)
+    scale, bias = _f32(scale), _f32(bias)
+    if node.attr("per_group_affine", 0):
+        scale, bias = jnp.repeat(scale, x.shape[1] // g), jnp.repeat(bias, x.shape[1] // g)
+    sh = (1, -1) + (1,) * (x.ndim - 2)
+    return ((y * scale.reshape(sh) + bias.reshape(sh)).astype(x.dtype),)
+
+
+register("group_norm", (3, 3), ("epsilon", "num_groups", "per_group_affine"))((_group_norm_infer, _group_norm))
+
+
 def _layernorm_infer(node, ins):
     x = ins[0]
     require_float(node, x)
