@@ -19,7 +19,8 @@ ConvTranspose
 Mod Trilu LogSoftmax InstanceNormalization ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp Mish
 TopK CumSum Range DepthToSpace SpaceToDepth LSTM GRU RNN
 Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Softsign Celu ThresholdedRelu Shrink IsNaN IsInf Mean
-GatherElements GatherND ScatterElements Scatter ScatterND OneHot Hardmax Upsample GroupNormalization""".split())
+GatherElements GatherND ScatterElements Scatter ScatterND OneHot Hardmax Upsample GroupNormalization
+QuantizeLinear DequantizeLinear""".split())
 
 SKIP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_node_skips.txt")
 

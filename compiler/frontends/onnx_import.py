@@ -414,6 +414,20 @@ def _group_norm(c):
     c.emit("group_norm", c.inputs, c.single_output(), **a)
 
 
+def _quant(op):
+    """QuantizeLinear, DequantizeLinear: ONNX's type attributes become dtype names."""
+    def conv(c):
+        a = c.take("axis", "block_size")
+        for key in ("output_dtype", "precision"):
+            if c.attrs.get(key):  # (0: not given)
+                a[key] = elem_dtype(c.attrs.pop(key), f"node {c.name!r} ({c.node.op_type}) attribute {key!r}")
+            c.attrs.pop(key, None)
+        if c.attrs.get("saturate", 1) == 1:  # (float8 only; 1 is its default)
+            c.attrs.pop("saturate", None)
+        c.emit(op, c.inputs, c.single_output(), **a)
+    return conv
+
+
 def _one_hot(c):
     if len(c.inputs) != 3:
         c.fail(f"takes 3 inputs (indices, depth, values), got {len(c.inputs)}")
@@ -495,6 +509,7 @@ CONVERTERS = {
     "ScatterND": _simple("scatter_nd", ("reduction",)), "OneHot": _one_hot,
     "Hardmax": _softmax_like("hardmax"), "Upsample": _upsample,
     "GroupNormalization": _group_norm,
+    "QuantizeLinear": _quant("quantize_linear"), "DequantizeLinear": _quant("dequantize_linear"),
     "TopK": _topk, "CumSum": _simple("cumsum", ("exclusive", "reverse")), "Range": _simple("range"),
     "DepthToSpace": _simple("depth_to_space", ("blocksize", "mode")),
     "SpaceToDepth": _simple("space_to_depth", ("blocksize", "mode")),
