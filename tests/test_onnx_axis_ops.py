@@ -240,3 +240,25 @@ def test_group_normalization_matches_onnxruntime(opset):
                [("s", R.standard_normal(n).astype(np.float32)), ("b", R.standard_normal(n).astype(np.float32))],
                opset=opset)
     _check(m, {"x": x}, modes=("sink",), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("elem, dt", [(TP.FLOAT, np.float32), (TP.FLOAT16, np.float16)])
+def test_topk_ranks_signed_zeros_and_nans_as_onnxruntime(elem, dt):
+    """lax.top_k orders floats by IEEE total order: -0.0 below +0.0, and a NaN with its
+    sign bit set (what 0/0 gives on x86) below everything. onnxruntime ranks the zeros
+    equal (the lower index first) and every NaN the largest (helper-38's finding)."""
+    x = np.array([[-0.0, 0.0, 1.0, -0.0], [0.0, -np.nan, 2.0, np.nan], [-np.inf, -np.nan, np.inf, 0.0]], dt)
+    nodes = [N("TopK", ["x", k], [f"v{k}_{lg}", f"i{k}_{lg}"], largest=lg) for k in ("k1", "k3") for lg in (0, 1)]
+    nodes.append(N("Div", ["z", "z"], ["nan"]))  # NaN made in the graph: 0/0
+    nodes += [N("TopK", ["nan", "k1"], ["vn", "in"])]
+    outs = [o for n in nodes if n.op_type == "TopK" for o in n.output]
+    m = _model(nodes, [_vi("x", elem, [3, 4]), _vi("z", elem, [3, 4])],
+               [_vi(o, TP.INT64 if o.startswith("i") else elem) for o in outs],
+               [("k1", I64(1)), ("k3", I64(3))], opset=11)
+    feeds = {"x": x, "z": np.array([[0, 1, 2, 3], [1, 0, 3, 0], [2, 2, 0, 1]], dt)}
+    from test_onnx_semantics import _ort
+
+    want = _ort(m, feeds)
+    got = _check(m, feeds, modes=("sink",), rtol=0, atol=0, want=want)[1].run(feeds)
+    for k, w in want.items():  # (allclose takes -0.0 for +0.0)
+        assert np.array_equal(np.signbit(got[k]), np.signbit(w)) or k == "vn", k  # (vn: the sign of 0/0's NaN)

@@ -128,17 +128,23 @@ def _topk_infer(node, ins):
     return [(x.dtype, shape), ("int64", shape)]
 
 
-def _order_key(x):
-    """An order-reversing bijection: top_k of it is the bottom k of x (~ for integers,
-    no overflow; - for floats, exact)."""
-    return ~x if jnp.issubdtype(x.dtype, jnp.integer) else -x
+def _order_key(x, largest):
+    """What lax.top_k ranks: x for the largest, an order-reversing bijection for the
+    smallest (~ for integers: no overflow). lax.top_k orders floats by IEEE total order,
+    where -0.0 < +0.0 and a NaN with its sign bit set (x86's default NaN) is the
+    smallest: zeros are made +0.0 (equal, so the lower index first, as onnxruntime) and
+    every NaN the largest value, as onnxruntime ranks them."""
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return x if largest else ~x
+    key = jnp.where(x == 0, jnp.zeros((), x.dtype), x if largest else -x)
+    return jnp.where(jnp.isnan(x), jnp.array(jnp.nan if largest else -jnp.nan, x.dtype), key)
 
 
 def _topk(node, x):
     axis, k, largest, _ = _topk_params(node, x.shape)
     xt = jnp.moveaxis(x, axis, -1)
-    v, i = lax.top_k(xt if largest else _order_key(xt), k)  # (ties: the lower index first)
-    v = v if largest else _order_key(v)
+    _, i = lax.top_k(_order_key(xt, largest), k)  # (ties: the lower index first)
+    v = jnp.take_along_axis(xt, i, axis=-1)  # (x's own values: -0.0 stays -0.0)
     i = i.astype(jax.dtypes.canonicalize_dtype(dtypes.np_dtype("int64")))
     return jnp.moveaxis(v, -1, axis), jnp.moveaxis(i, -1, axis)
 
