@@ -408,7 +408,9 @@ def _upsample(c):
 
 def _group_norm(c):
     a = c.take("epsilon", "num_groups")
-    c.drop("stash_type")  # (1, float32: what we compute in; 21 adds it)
+    if c.attrs.get("stash_type", 1) != 1:  # (21 adds it; 1, float32, is what we compute in)
+        c.fail(f"attribute 'stash_type' {c.attrs['stash_type']} is not supported (1: float32 statistics)")
+    c.attrs.pop("stash_type", None)
     if c.version < 21:  # GroupNormalization-18: scale and bias per group
         a["per_group_affine"] = 1
     c.emit("group_norm", c.inputs, c.single_output(), **a)
@@ -509,6 +511,8 @@ CONVERTERS = {
     "ScatterND": _simple("scatter_nd", ("reduction",)), "OneHot": _one_hot,
     "Hardmax": _softmax_like("hardmax"), "Upsample": _upsample,
     "GroupNormalization": _group_norm,
+    "RMSNormalization": _simple("rms_norm", ("axis", "epsilon", "stash_type")),
+    "RotaryEmbedding": _simple("rotary_embedding", ("interleaved", "num_heads", "rotary_embedding_dim")),
     "QuantizeLinear": _quant("quantize_linear"), "DequantizeLinear": _quant("dequantize_linear"),
     "TopK": _topk, "CumSum": _simple("cumsum", ("exclusive", "reverse")), "Range": _simple("range"),
     "DepthToSpace": _simple("depth_to_space", ("blocksize", "mode")),
