@@ -430,6 +430,13 @@ def _quant(op):
     return conv
 
 
+def _eye_like(c):
+    a = c.take("k")
+    if c.attrs.get("dtype") is not None:
+        a["dtype"] = elem_dtype(c.attrs.pop("dtype"), f"node {c.name!r} (EyeLike) attribute 'dtype'")
+    c.emit("eye_like", c.inputs, c.single_output(), **a)
+
+
 def _one_hot(c):
     if len(c.inputs) != 3:
         c.fail(f"takes 3 inputs (indices, depth, values), got {len(c.inputs)}")
@@ -511,6 +518,7 @@ CONVERTERS = {
     "ScatterND": _simple("scatter_nd", ("reduction",)), "OneHot": _one_hot,
     "Hardmax": _softmax_like("hardmax"), "Upsample": _upsample,
     "GroupNormalization": _group_norm,
+    "Size": _simple("size"), "EyeLike": _eye_like,
     "RMSNormalization": _simple("rms_norm", ("axis", "epsilon", "stash_type")),
     "RotaryEmbedding": _simple("rotary_embedding", ("interleaved", "num_heads", "rotary_embedding_dim")),
     "QuantizeLinear": _quant("quantize_linear"), "DequantizeLinear": _quant("dequantize_linear"),

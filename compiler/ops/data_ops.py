@@ -1,5 +1,5 @@
 """More data-movement ops (ONNX semantics): gather, slice, split, squeeze, unsqueeze,
-expand, tile, pad, einsum, shape, constant_of_shape, range.
+expand, tile, pad, einsum, shape, size, eye_like, constant_of_shape, range.
 
 Static inputs (slice's starts/ends/axes/steps, split's sizes, squeeze/unsqueeze's axes,
 expand's shape, tile's repeats, pad's pads/constant_value/axes, constant_of_shape's shape, range's
@@ -412,6 +412,31 @@ def _shape(node, x):
 
 
 register("shape", (1, 1), ("start", "end"), shape_value=_shape_value)((_shape_infer, _shape))
+
+
+# size and eye_like depend on their input's shape only: constants at compile time
+register("size", (1, 1), shape_value=lambda node, ins: [np.array(math.prod(ins[0].shape), np.int64)])((
+    lambda node, ins: [("int64", ())],
+    lambda node, x: (jnp.asarray(math.prod(x.shape), _device_dtype("int64")),)))
+
+
+def _eye_params(node, x):
+    if len(x.shape) != 2:
+        fail(node, f"input {fmt(x) if hasattr(x, 'name') else list(x.shape)} must be 2-D")
+    dt = node.attr("dtype", x.dtype if isinstance(x.dtype, str) else dtypes.dtype_name(x.dtype))
+    if dt not in dtypes.DTYPES:
+        fail(node, f"attribute 'dtype' must be one of {', '.join(dtypes.DTYPES)}, got {dt!r}")
+    return dt, int_attr(node, "k", 0)
+
+
+def _eye_value(node, ins):
+    dt, k = _eye_params(node, ins[0])
+    return [np.eye(*ins[0].shape, k=k, dtype=dtypes.np_dtype(dt))]
+
+
+register("eye_like", (1, 1), ("dtype", "k"), shape_value=_eye_value)((
+    lambda node, ins: [(_eye_params(node, ins[0])[0], ins[0].shape)],
+    lambda node, x: (jnp.eye(*x.shape, k=_eye_params(node, x)[1], dtype=_device_dtype(_eye_params(node, x)[0])),)))
 
 
 def _cos_params(node):
