@@ -1,7 +1,9 @@
-"""Opset 23's transformer operators (RMSNormalization, RotaryEmbedding) against
-onnxruntime: float32 and float16, position ids fed at run time, partial and
-interleaved rotation, 3-D and 4-D inputs; in kernel and sink mode. ONNX's own node
-tests of these ops run in tests/test_onnx_node.py."""
+"""Opset 23's transformer operators (RMSNormalization, RotaryEmbedding, Attention)
+against onnxruntime: float32 and float16, position ids fed at run time, partial and
+interleaved rotation, 3-D and 4-D inputs; attention with GQA, masks, a KV cache,
+softcap, every extra output, padding lengths fed at run time, a fully masked row, and
+(against ONNX's reference) opset 25's windows. ONNX's own node tests of these ops run
+in tests/test_onnx_node.py."""
 
 import numpy as np
 import pytest
@@ -77,3 +79,69 @@ def _rope(x_shape, cache_shape, pos_shape=(B, S), **attrs):
 def test_refused_forms_name_the_node(model, match):
     with pytest.raises((ModelError, ShapeError), match=match):
         _prepare(model)
+
+
+def _attention_model(opset=24):
+    """Four Attention nodes: GQA with a causal bool mask and a KV cache (every output),
+    the probabilities (mode 3) with a scale, 3-D inputs with a float mask and a
+    softcap, and padding given by nonpad_kv_seqlen, fed at run time."""
+    nodes = [
+        N("Attention", ["q", "k", "v", "bmask", "pk", "pv"], ["y_gqa", "pres_k", "pres_v", "qk_bias"], is_causal=1,
+          qk_matmul_output_mode=2),
+        N("Attention", ["q", "k", "v"], ["y_probs", "", "", "probs"], qk_matmul_output_mode=3, scale=0.2),
+        N("Attention", ["q3", "k3", "v3", "fmask"], ["y_3d"], q_num_heads=4, kv_num_heads=2, softcap=2.0),
+        N("Attention", ["q", "k", "v", "", "", "", "lens"], ["y_pad"], is_causal=1),
+    ]
+    F = TP.FLOAT
+    ins = [_vi("q", F, [2, 4, 3, 8]), _vi("k", F, [2, 2, 5, 8]), _vi("v", F, [2, 2, 5, 6]),
+           _vi("pk", F, [2, 2, 4, 8]), _vi("pv", F, [2, 2, 4, 6]), _vi("bmask", TP.BOOL, [2, 1, 3, 9]),
+           _vi("q3", F, [2, 3, 32]), _vi("k3", F, [2, 5, 16]), _vi("v3", F, [2, 5, 12]), _vi("fmask", F, [3, 5]),
+           _vi("lens", TP.INT64, [2])]
+    outs = ["y_gqa", "pres_k", "pres_v", "qk_bias", "y_probs", "probs", "y_3d", "y_pad"]
+    return _model(nodes, ins, [_vi(o, F) for o in outs], opset=opset)
+
+
+def _attention_feeds(lens=(5, 3)):
+    f = lambda *s: R.standard_normal(s).astype(np.float32)  # noqa: E731
+    bmask = R.random((2, 1, 3, 9)) > 0.3
+    bmask[1, 0, 0, :] = False  # a query row with no key: zeros, not NaN
+    return {"q": f(2, 4, 3, 8), "k": f(2, 2, 5, 8), "v": f(2, 2, 5, 6), "pk": f(2, 2, 4, 8), "pv": f(2, 2, 4, 6),
+            "bmask": bmask, "q3": f(2, 3, 32), "k3": f(2, 5, 16), "v3": f(2, 5, 12), "fmask": f(3, 5),
+            "lens": np.array(lens, np.int64)}
+
+
+def _ort_attention(m, feeds):
+    """onnxruntime's outputs, its -FLT_MAX for a masked score (mode 2's output) read as
+    the -inf that ONNX's reference and we give."""
+    from test_onnx_semantics import _ort
+
+    out = _ort(m, feeds)
+    out["qk_bias"] = np.where(out["qk_bias"] <= np.finfo(np.float32).min, -np.inf, out["qk_bias"])
+    return out
+
+
+def test_attention_matches_onnxruntime():
+    m = _attention_model()
+    feeds = _attention_feeds()
+    _, sess = _check(m, feeds, modes=("kernel", "fused", "sink"), want=_ort_attention(m, feeds), rtol=1e-5, atol=1e-6)
+    feeds = _attention_feeds(lens=(2, 5))  # other padding, the same plan
+    got = sess.run(feeds)
+    for k, w in _ort_attention(m, feeds).items():
+        np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-6, err_msg=k)
+    assert not np.isnan(got["y_gqa"]).any() and not got["y_gqa"][1, :, 0].any()
+
+
+def test_attention_sliding_window_matches_onnx_reference():
+    """Opset 25's windows, and a mask shorter than the keys (onnxruntime 1.32 has
+    neither)."""
+    from onnx.reference import ReferenceEvaluator
+
+    F = TP.FLOAT
+    m = _model([N("Attention", ["q", "k", "v"], ["y"], is_causal=1, left_window_size=2),
+                N("Attention", ["q", "k", "v", "m"], ["y2"], left_window_size=1, right_window_size=1)],
+               [_vi("q", F, [1, 2, 6, 4]), _vi("k", F, [1, 2, 6, 4]), _vi("v", F, [1, 2, 6, 4]),
+                _vi("m", TP.BOOL, [6, 4])], [_vi("y", F), _vi("y2", F)], opset=25)
+    feeds = {n: R.standard_normal((1, 2, 6, 4)).astype(np.float32) for n in "qkv"}
+    feeds["m"] = R.random((6, 4)) > 0.2  # shorter than the 6 keys: padded with False
+    want = dict(zip(["y", "y2"], ReferenceEvaluator(m).run(None, feeds)))
+    _check(m, feeds, modes=("sink",), want=want, rtol=1e-5, atol=1e-6)

@@ -437,6 +437,30 @@ def _eye_like(c):
     c.emit("eye_like", c.inputs, c.single_output(), **a)
 
 
+_ATTN_INPUTS = ("Q", "K", "V", "attn_mask", "past_key", "past_value", "nonpad_kv_seqlen")
+
+
+def _attention(c):
+    """Attention (opset 23+): as the recurrent layers, the inputs given with their roles."""
+    a = c.take("is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale", "softcap",
+               "left_window_size", "right_window_size")
+    if c.attrs.get("softmax_precision") is not None:
+        a["softmax_precision"] = elem_dtype(c.attrs.pop("softmax_precision"),
+                                            f"node {c.name!r} (Attention) attribute 'softmax_precision'")
+    if len(c.inputs) > len(_ATTN_INPUTS):
+        c.fail(f"takes at most {len(_ATTN_INPUTS)} inputs, got {len(c.inputs)}")
+    roles = [r for r, n in zip(_ATTN_INPUTS, c.inputs) if n]
+    if roles[:3] != ["Q", "K", "V"]:
+        c.fail("inputs Q, K and V are required")
+    if roles != list(_ATTN_INPUTS[:len(roles)]):
+        a["roles"] = roles
+    outs = list(c.outputs)
+    while outs and not outs[-1]:
+        outs.pop()
+    c.emit("attention", [n for n in c.inputs if n], [o or f"{c.name}:unused_output_{i}" for i, o in enumerate(outs)],
+           **a)
+
+
 def _one_hot(c):
     if len(c.inputs) != 3:
         c.fail(f"takes 3 inputs (indices, depth, values), got {len(c.inputs)}")
@@ -519,6 +543,7 @@ CONVERTERS = {
     "Hardmax": _softmax_like("hardmax"), "Upsample": _upsample,
     "GroupNormalization": _group_norm,
     "Size": _simple("size"), "EyeLike": _eye_like,
+    "Attention": _attention,
     "RMSNormalization": _simple("rms_norm", ("axis", "epsilon", "stash_type")),
     "RotaryEmbedding": _simple("rotary_embedding", ("interleaved", "num_heads", "rotary_embedding_dim")),
     "QuantizeLinear": _quant("quantize_linear"), "DequantizeLinear": _quant("dequantize_linear"),

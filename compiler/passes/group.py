@@ -2,7 +2,7 @@
 
     kernel   one launch per node
     fused    contiguous runs of the schedule, each holding one "anchor" (a contraction:
-             conv, conv_transpose, matmul, gemm, einsum, lstm, gru, rnn) and the cheap ops around it:
+             conv, conv_transpose, matmul, gemm, einsum, lstm, gru, rnn, attention) and the cheap ops around it:
              conv + bias + activation + pool, matmul + add + reshape + transpose, matmul + scale +
              softmax. Leading cheap ops join the first anchor's group. A group whose
              work is below MIN_GROUP_FLOPS also takes the next anchor: a fused launch
@@ -39,7 +39,8 @@ import numpy as np
 
 from aotplan import dtypes
 
-ANCHORS = frozenset({"conv", "conv2d", "conv_transpose", "matmul", "gemm", "einsum", "lstm", "gru", "rnn"})
+ANCHORS = frozenset({"conv", "conv2d", "conv_transpose", "matmul", "gemm", "einsum", "lstm", "gru", "rnn",
+                     "attention"})
 MODES = ("sink", "fused", "kernel")
 # Measured (fused step / sink step, fused launches; 2-core CPU, jax 0.10.2) at 2M, 50M,
 # 100M, 200M: squeezenet 1.28 (26), 1.13 (9), 1.10 (5), 0.94 (3); inception_v1 1.40 (57),
@@ -67,6 +68,8 @@ def flops(node, info):
         return 2 * out * k
     if node.op == "einsum":
         return 2 * max([out] + [math.prod(s) for s in ins])
+    if node.op == "attention" and len(ins) > 2:  # Q.K and P.V: about 4 * |Q| * kv length
+        return 4 * math.prod(ins[0]) * ins[1][2 if len(ins[1]) == 4 else 1]
     if node.op in ("lstm", "gru", "rnn") and len(ins) > 2:  # X, W [dirs, G*h, in], R [dirs, G*h, h]
         x, w, r = ins[:3]
         return 2 * math.prod(x[:2]) * r[0] * r[1] * (w[2] + r[2])
