@@ -12,6 +12,7 @@ run `replay` and `inspect` without it.
 
 import os
 import sys
+import textwrap
 
 try:  # Ctrl-C while the imports run (numpy, click): one line, as later, not a traceback
     import functools
@@ -373,7 +374,19 @@ def import_group():
     """Convert a model from another format into model.json + weights."""
 
 
+def _list_onnx_ops(ctx, _param, value):
+    if not value or ctx.resilient_parsing:
+        return
+    from compiler.frontends import onnx_import
+
+    click.echo(f"{len(onnx_import.SUPPORTED_OPS)} ONNX operators (default domain; docs/onnx.md: their forms):")
+    click.echo("\n".join(textwrap.wrap(", ".join(sorted(onnx_import.SUPPORTED_OPS, key=str.lower)), 88)))
+    ctx.exit(0)
+
+
 @import_group.command("onnx")
+@click.option("--list-ops", is_flag=True, is_eager=True, expose_value=False, callback=_list_onnx_ops,
+              help="List the ONNX operators aotplan imports, and exit.")
 @click.argument("model", type=_Path(dir_okay=False))
 @click.option("-o", "--output", required=True, type=_Path(dir_okay=False), help="model.json to write.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=_INPUT_SHAPE_HELP)

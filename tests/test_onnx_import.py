@@ -351,5 +351,8 @@ def test_every_unsupported_operator_is_named_at_once(tmp_path):
     _tiny(tmp_path / "m.onnx", nodes)
     r = CliRunner().invoke(main, ["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.plan")])
     assert r.exit_code == 2, r.output
-    assert ("node 'NonZero_0': ONNX operator 'NonZero' is not supported; the model also uses Unique (1 node), also "
-            "unsupported (supported: Abs, ") in r.output, r.output
+    assert ("node 'NonZero_0': ONNX operator 'NonZero' is not supported (3 nodes); the model also uses Unique "
+            "(1 node), also unsupported (") in r.output, r.output
+    assert "`aotplan import onnx --list-ops` lists them" in r.output and len(r.output) < 300, r.output
+    r = CliRunner().invoke(main, ["import", "onnx", "--list-ops"])
+    assert r.exit_code == 0 and "131 ONNX operators" in r.output and "LSTM," in r.output, r.output

@@ -750,7 +750,8 @@ def convert(model, input_shapes=None, name=None, freeze=None):
         conv = CONVERTERS.get(node.op_type)
         if conv is None:
             raise ModelError(f"node {nname!r}: ONNX operator {node.op_type!r} is not supported"
-                             + _unsupported_others(g, node.op_type) + f" (supported: {', '.join(SUPPORTED_OPS)})")
+                             + _unsupported_others(g, node.op_type) + f" ({len(SUPPORTED_OPS)} are: `aotplan "
+                             f"import onnx --list-ops` lists them)")
         try:
             version = onnx.defs.get_schema(node.op_type, opset, node.domain or "").since_version
         except Exception:
@@ -769,16 +770,19 @@ def convert(model, input_shapes=None, name=None, freeze=None):
 
 
 def _unsupported_others(g, first):
-    """'; the model also uses ...' for the other unsupported operators of the default
-    domain (so that a user learns them all at once), with their node counts."""
+    """' (k nodes)' for the first unsupported operator, and '; the model also uses ...'
+    for the other unsupported operators of the default domain (so that a user learns
+    them all at once), with their node counts."""
     import collections
 
     seen = collections.Counter(n.op_type for n in g.node if n.domain in ("", "ai.onnx")
-                               and n.op_type not in CONVERTERS and n.op_type not in ("Constant", first))
+                               and n.op_type not in CONVERTERS and n.op_type != "Constant")
+    k = seen.pop(first, 1)
+    count = f" ({k} nodes)" if k > 1 else ""
     if not seen:
-        return ""
-    return "; the model also uses " + ", ".join(f"{op} ({k} node{'s' if k > 1 else ''})"
-                                                 for op, k in sorted(seen.items())) + ", also unsupported"
+        return count
+    return count + "; the model also uses " + ", ".join(f"{op} ({k} node{'s' if k > 1 else ''})"
+                                                        for op, k in sorted(seen.items())) + ", also unsupported"
 
 
 def load(path, input_shapes=None, freeze=None):

@@ -47,7 +47,8 @@ def run(graph):
         node_names.add(n.name)
         op = ops.get(n.op)
         if op is None or op.internal:  # (an internal op is the layout pass's, on device formats: not a model's)
-            raise ModelError(f"node {n.name!r}: unknown op {n.op!r} (known: {', '.join(ops.model_ops())})")
+            raise ModelError(f"node {n.name!r}: unknown op {n.op!r} ({_suggest(n.op)}{len(ops.model_ops())} ops "
+                             f"are known: docs/formats.md lists them)")
         lo, hi = op.arity
         static = op.static_positions
         ins = list(n.inputs)
@@ -141,3 +142,11 @@ def _check_acyclic(graph):
                 raise ModelError(f"graph has a cycle: {' -> '.join(repr(c) for c in cycle)}")
             state[dep.name] = 1
             stack.append((dep, iter(dep.inputs)))
+
+
+def _suggest(op):
+    """'did you mean ...? ' for ops whose names are close to a misspelt one."""
+    import difflib
+
+    close = difflib.get_close_matches(str(op), ops.model_ops(), n=3, cutoff=0.7)
+    return f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
