@@ -144,3 +144,13 @@ _LW = _weights("", 4, 1)
 def test_refused_forms_name_the_node(model, match):
     with pytest.raises((ModelError, ShapeError), match=match):
         _prepare(model)
+
+
+def test_activation_parameters_default_to_the_operators():
+    """An activation with no activation_alpha/beta left takes its operator's default
+    (LeakyRelu 0.01, Elu 1.0, HardSigmoid 0.2/0.5), as onnxruntime does (helper-38)."""
+    inits = [(f"r{k}", v) for k, v in _weights("", 1, 1)] + [(f"g{k}", v) for k, v in _weights("", 3, 1)]
+    m = _model([N("RNN", ["x", "rW", "rR", "rB"], ["ry"], hidden_size=HID, activations=["LeakyRelu"]),
+                N("GRU", ["x", "gW", "gR", "gB"], ["gy"], hidden_size=HID, activations=["HardSigmoid", "Elu"])],
+               [_vi("x", TP.FLOAT, [SEQ, BATCH, IN])], [_vi("ry", TP.FLOAT), _vi("gy", TP.FLOAT)], inits, opset=14)
+    _check(m, {"x": _w(SEQ, BATCH, IN)}, modes=("sink",), rtol=1e-5, atol=1e-6)

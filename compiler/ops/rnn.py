@@ -15,7 +15,9 @@ order when some are left out (the ONNX import writes it: `["X", "W", "R",
 - `direction` forward, reverse or bidirectional (dirs = 2: forward first);
   `activations` (ONNX's defaults: lstm Sigmoid, Tanh, Tanh; gru Sigmoid, Tanh; rnn Tanh;
   per direction), with `activation_alpha`/`activation_beta` consumed in order by the
-  activations that take them; `clip` bounds the activations' inputs of the gates;
+  activations that take them (when they run out: LeakyRelu 0.01, Elu 1.0, HardSigmoid
+  0.2/0.5, the operators' defaults; ThresholdedRelu, Affine and ScaledTanh are refused,
+  where ONNX and onnxruntime disagree or define none); `clip` bounds the activations' inputs of the gates;
   lstm `input_forget` (f = 1 - i); gru `linear_before_reset`.
 - sequence_lens (int32 [batch], may arrive at run time): batch entry b runs its first
   L_b steps (a reverse direction from step L_b - 1 down to 0); Y is 0 past L_b and
@@ -37,6 +39,7 @@ ROLES = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
 GATES = {"lstm": 4, "gru": 3, "rnn": 1}
 DEFAULT_ACTIVATIONS = {"lstm": ("Sigmoid", "Tanh", "Tanh"), "gru": ("Sigmoid", "Tanh"), "rnn": ("Tanh",)}
 DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
+PARAM_DEFAULTS = {"leakyrelu": (0.01,), "elu": (1.0,), "hardsigmoid": (0.2, 0.5)}  # the operators' defaults
 
 # name (lower case) -> (number of parameters: 0 none, 1 alpha, 2 alpha and beta), f(x, alpha, beta)
 ACTIVATIONS = {
@@ -80,8 +83,11 @@ def _activations(node, dirs):
             fail(node, f"activation {name!r} is not supported (supported: {', '.join(sorted(ACTIVATIONS))})")
         n, f = ACTIVATIONS[name.lower()]
         params = []
-        for key, vals in (("activation_alpha", alphas), ("activation_beta", betas))[:n]:
-            if not vals:
+        for j, (key, vals) in enumerate((("activation_alpha", alphas), ("activation_beta", betas))[:n]):
+            if not vals and name.lower() in PARAM_DEFAULTS:  # the operator's own default, as ONNX and onnxruntime
+                params.append(PARAM_DEFAULTS[name.lower()][j])
+                continue
+            if not vals:  # (ThresholdedRelu: ONNX says 1.0, onnxruntime takes 0; Affine, ScaledTanh: no default)
                 fail(node, f"activation {name!r} needs a value in {key!r}, which has too few")
             v = vals.pop(0)
             if not isinstance(v, (int, float)) or isinstance(v, bool):
