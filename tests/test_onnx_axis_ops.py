@@ -135,6 +135,16 @@ def test_range_folds_like_onnxruntime(start, limit, delta, elem, dt):
     np.testing.assert_allclose(c.data, want, rtol=1e-6)
 
 
+def test_range_27_in_float16_counts_in_float32():
+    """Range-27 takes float16 with stash_type 1: limit - start in float32 (in float16,
+    1025 - 0.5 rounds to 1024, one element short: helper-38's reproducer)."""
+    for start, limit in ((0.5, 1025.0), (-0.5, 1024.0)):
+        m = _model([N("Range", ["s", "l", "d"], ["r"], stash_type=1)], [], [_vi("r", TP.FLOAT16)],
+                   [("s", np.float16(start)), ("l", np.float16(limit)), ("d", np.float16(1.0))], opset=27)
+        plan, sess = _check(m, {}, modes=("sink",), rtol=0, atol=0)
+        assert sess.run({})["r"].shape == (1025,)
+
+
 def test_range_as_a_launch_when_folding_is_off():
     """With folding off a Range that no shape depends on stays a launch: the lowering
     itself gives onnxruntime's numbers."""
@@ -180,6 +190,8 @@ def test_refused_forms_name_the_node(model, match):
     ([("s", np.array(0, np.int64)), ("l", np.array(2**40, np.int64)), ("d", np.array(1, np.int64))],
      r"'bad' \(range\): attribute 'limit' value 1099511627776 is out of range for int64 \(int64 is stored as int32"),
     ([("s", np.array(0.0, np.float32)), ("l", np.array(np.inf, np.float32)), ("d", np.array(1, np.float32))],
+     r"'bad' \(range\): start, limit and delta must be finite, got 0.0, inf, 1.0"),
+    ([("s", np.array(0.0, np.float32)), ("l", np.array(1e12, np.float32)), ("d", np.array(1e-3, np.float32))],
      r"'bad' \(range\).*too many elements"),
 ])
 def test_range_refusals_name_the_node(consts, match):
@@ -256,9 +268,20 @@ def test_topk_ranks_signed_zeros_and_nans_as_onnxruntime(elem, dt):
                [_vi(o, TP.INT64 if o.startswith("i") else elem) for o in outs],
                [("k1", I64(1)), ("k3", I64(3))], opset=11)
     feeds = {"x": x, "z": np.array([[0, 1, 2, 3], [1, 0, 3, 0], [2, 2, 0, 1]], dt)}
-    from test_onnx_semantics import _ort
-
-    want = _ort(m, feeds)
+    # the expected values by that rule, in numpy (onnxruntime 1.30 orders NaNs otherwise; 1.32 agrees)
+    want = {}
+    for k in (1, 3):
+        for lg in (0, 1):
+            def key(j, r, lg=lg):  # NaNs first (largest) or last (smallest); then by value; python's sort is stable
+                nan = bool(np.isnan(r[j]))
+                return (not nan if lg else nan, 0.0 if nan else -float(r[j]) if lg else float(r[j]))
+            order = [sorted(range(4), key=lambda j, r=r: key(j, r))[:k] for r in x]
+            idx = np.array(order, np.int64)
+            want[f"vk{k}_{lg}"], want[f"ik{k}_{lg}"] = np.take_along_axis(x, idx, 1), idx
+    with np.errstate(invalid="ignore"):
+        nan = feeds["z"] / feeds["z"]
+    want["in"] = np.array([[int(np.argmax(np.isnan(r)))] for r in nan], np.int64)
+    want["vn"] = np.take_along_axis(nan, want["in"], 1)
     got = _check(m, feeds, modes=("sink",), rtol=0, atol=0, want=want)[1].run(feeds)
     for k, w in want.items():  # (allclose takes -0.0 for +0.0)
         assert np.array_equal(np.signbit(got[k]), np.signbit(w)) or k == "vn", k  # (vn: the sign of 0/0's NaN)

@@ -97,7 +97,10 @@ def test_recurrent_layers_in_float16():
             v.type.tensor_type.elem_type = TP.FLOAT
     from test_onnx_semantics import _ort
 
-    want = _ort(m32, {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds16.items()})
+    try:  # (onnxruntime 1.30 fails on this model; 1.32 runs it)
+        want = _ort(m32, {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds16.items()})
+    except Exception as e:
+        pytest.skip(f"onnxruntime {ort.__version__} cannot run the float32 model: {str(e)[:200]}")
     want = {k: v.astype(np.float16) for k, v in want.items()}
     _check(m16, feeds16, modes=("sink",), want=want, rtol=2e-3, atol=2e-3)
 
@@ -139,7 +142,7 @@ _LW = _weights("", 4, 1)
     (_lstm(["W", "R"], _LW[:2], clip=-1.0), r"'bad' \(lstm\).*'clip' must be >= 0"),
     (_lstm(["W", "", "R"], _LW[:2]), r"'bad' \(LSTM, opset 14\): inputs X, W and R are required"),
     (_lstm(["W", "R", "", "s"], _LW[:2] + [("s", np.array([1, 2, 3], np.float32))]),
-     r"'bad' \(lstm\): input sequence_lens 's' float32\[3\] must be int32"),
+     r"'bad' \(lstm\): input sequence_lens 's' float32\[3\] must be int32 \(or int64\)"),
 ])
 def test_refused_forms_name_the_node(model, match):
     with pytest.raises((ModelError, ShapeError), match=match):

@@ -469,7 +469,8 @@ RANGE_DTYPES = dtypes.FLOAT_DTYPES + dtypes.INT_DTYPES
 
 def _range_params(node):
     """(dtype, start, delta, n): n = max(ceil((limit - start) / delta), 0), the ONNX
-    rule, with the difference taken in the op's dtype as onnxruntime does."""
+    rule, with the difference taken in the op's dtype as onnxruntime does (float32 for
+    float16/bfloat16: Range-27's stash_type 1)."""
     vals = {k: _unwrap(node, k, node.attr(k)) for k in ("start", "limit", "delta")}
     missing = [k for k, v in vals.items() if v is None]
     if missing:
@@ -481,8 +482,13 @@ def _range_params(node):
     start, limit, delta = (_scalar(node, k, vals[k], dt) for k in ("start", "limit", "delta"))
     if delta == 0:
         fail(node, "delta must not be 0")
+    if int_attr(node, "stash_type", 1) != 1:
+        fail(node, f"attribute 'stash_type' {node.attr('stash_type')} is not supported (1: float32 arithmetic)")
     if dt in dtypes.FLOAT_DTYPES:
-        diff = float(np.asarray(limit, dtypes.np_dtype(dt)) - np.asarray(start, dtypes.np_dtype(dt)))
+        if not all(math.isfinite(v) for v in (start, limit, delta)):
+            fail(node, f"start, limit and delta must be finite, got {start}, {limit}, {delta}")
+        work = np.float32 if dt in ("float16", "bfloat16") else dtypes.np_dtype(dt)  # (stash_type 1)
+        diff = float(np.asarray(limit, work) - np.asarray(start, work))
         n = max(math.ceil(diff / delta), 0) if math.isfinite(diff / delta) else -1
     else:
         n = max(-((start - limit) // delta), 0)
@@ -502,5 +508,5 @@ def _range(node):
     return ((start + jnp.arange(n, dtype=acc) * jnp.asarray(delta, acc)).astype(_device_dtype(dt)),)
 
 
-register("range", (0, 0), ("dtype",), static_inputs=((0, "start"), (1, "limit"), (2, "delta")),
+register("range", (0, 0), ("dtype", "stash_type"), static_inputs=((0, "start"), (1, "limit"), (2, "delta")),
          static_dtype="dtype")((_range_infer, _range))

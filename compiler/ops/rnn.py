@@ -126,7 +126,7 @@ def _params(node, ins):
     for role, tt in t.items():
         if role == "sequence_lens":
             if tt.dtype not in ("int32", "int64"):
-                fail(node, f"input sequence_lens {fmt(tt)} must be int32")
+                fail(node, f"input sequence_lens {fmt(tt)} must be int32 (or int64)")
         elif tt.dtype != x.dtype:
             fail(node, f"input {role} {fmt(tt)} must have X's dtype {x.dtype}")
     if node.attr("clip") is not None and float_attr(node, "clip", 0.0, minimum=0.0) <= 0:
