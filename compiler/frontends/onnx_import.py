@@ -447,18 +447,24 @@ def _attention(c):
     if c.attrs.get("softmax_precision") is not None:
         a["softmax_precision"] = elem_dtype(c.attrs.pop("softmax_precision"),
                                             f"node {c.name!r} (Attention) attribute 'softmax_precision'")
-    if len(c.inputs) > len(_ATTN_INPUTS):
-        c.fail(f"takes at most {len(_ATTN_INPUTS)} inputs, got {len(c.inputs)}")
-    roles = [r for r, n in zip(_ATTN_INPUTS, c.inputs) if n]
-    if roles[:3] != ["Q", "K", "V"]:
-        c.fail("inputs Q, K and V are required")
-    if roles != list(_ATTN_INPUTS[:len(roles)]):
+    _emit_with_roles(c, "attention", _ATTN_INPUTS, a)
+
+
+def _emit_with_roles(c, op, role_names, a):
+    """Emit `op` with the inputs given (an optional one may be "" anywhere); attribute
+    `roles` names them where some are left out. An unnamed output before a named one
+    gets a name of its own."""
+    if len(c.inputs) > len(role_names):
+        c.fail(f"takes at most {len(role_names)} inputs, got {len(c.inputs)}")
+    roles = [r for r, n in zip(role_names, c.inputs) if n]
+    if roles[:3] != list(role_names[:3]):
+        c.fail(f"inputs {role_names[0]}, {role_names[1]} and {role_names[2]} are required")
+    if roles != list(role_names[:len(roles)]):
         a["roles"] = roles
     outs = list(c.outputs)
     while outs and not outs[-1]:
         outs.pop()
-    c.emit("attention", [n for n in c.inputs if n], [o or f"{c.name}:unused_output_{i}" for i, o in enumerate(outs)],
-           **a)
+    c.emit(op, [n for n in c.inputs if n], [o or f"{c.name}:unused_output_{i}" for i, o in enumerate(outs)], **a)
 
 
 def _one_hot(c):
@@ -478,23 +484,11 @@ _RNN_INPUTS = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P
 
 
 def _recurrent(op):
-    """LSTM, GRU, RNN: the inputs given (optional ones may be "" anywhere) are passed
-    with their `roles`; an unnamed output before a named one gets a name of its own."""
+    """LSTM, GRU, RNN: the inputs given, with their roles (see `_emit_with_roles`)."""
     def conv(c):
         a = c.take("activations", "activation_alpha", "activation_beta", "clip", "direction", "hidden_size",
                    "layout", *(("input_forget",) if op == "lstm" else ("linear_before_reset",) if op == "gru" else ()))
-        names = c.inputs
-        if len(names) > (8 if op == "lstm" else 6):
-            c.fail(f"takes at most {8 if op == 'lstm' else 6} inputs, got {len(names)}")
-        roles = [r for r, n in zip(_RNN_INPUTS, names) if n]
-        if roles[:3] != ["X", "W", "R"]:
-            c.fail("inputs X, W and R are required")
-        if roles != list(_RNN_INPUTS[:len(roles)]):
-            a["roles"] = roles
-        outs = list(c.outputs)
-        while outs and not outs[-1]:
-            outs.pop()
-        c.emit(op, [n for n in names if n], [o or f"{c.name}:unused_output_{i}" for i, o in enumerate(outs)], **a)
+        _emit_with_roles(c, op, _RNN_INPUTS if op == "lstm" else _RNN_INPUTS[:6], a)
     return conv
 
 

@@ -112,12 +112,18 @@ register("softmax", (1, 1), ("axis", "legacy_flatten"))((_softmax_infer, _softma
 register("log_softmax", (1, 1), ("axis", "legacy_flatten"))((_softmax_infer, _softmax_like(jax.nn.log_softmax)))
 
 
-def _instance_norm_infer(node, ins):
-    x, scale, bias = ins
+def _norm_input(node, ins):
+    """x, scale, bias of instance_norm/group_norm: x float, (N, C, spatial...)."""
+    x = ins[0]
     require_float(node, x)
     same_dtype(node, ins)
     if len(x.shape) < 3:
         fail(node, f"input {fmt(x)} must have rank 3 or more (N, C, spatial...)")
+    return ins
+
+
+def _instance_norm_infer(node, ins):
+    x, scale, bias = _norm_input(node, ins)
     for t in (scale, bias):
         if tuple(t.shape) != (x.shape[1],):
             fail(node, f"scale/bias {fmt(t)} must have shape [{x.shape[1]}] (the channels of {fmt(x)})")
@@ -139,11 +145,7 @@ register("instance_norm", (3, 3), ("epsilon",))((_instance_norm_infer, _instance
 
 
 def _group_norm_infer(node, ins):
-    x, scale, bias = ins
-    require_float(node, x)
-    same_dtype(node, ins)
-    if len(x.shape) < 3:
-        fail(node, f"input {fmt(x)} must have rank 3 or more (N, C, spatial...)")
+    x, scale, bias = _norm_input(node, ins)
     if node.attr("num_groups") is None:
         fail(node, "attribute 'num_groups' is required")
     g = int_attr(node, "num_groups", 1)
