@@ -238,6 +238,8 @@ BAD_MODELS = {
     # the layout pass's own op: a model's transdata compiled, and gave scrambled outputs with exit 0
     "internal op": (lambda d: _node(d, "relu1").update(op="transdata", attrs={"src": "nhwc", "dst": "default"}),
                     r"node 'relu1': unknown op 'transdata' \((did you mean 'transpose'\? )?\d+ ops are known"),
+    "empty output name": (lambda d: _node(d, "relu1")["outputs"].__setitem__(0, ""),
+                          r"node 'relu1'.outputs: expected a non-empty name string, got ''"),
     "dangling input": (lambda d: _node(d, "fc2")["inputs"].__setitem__(0, "nope"),
                        r"node 'fc2': input 'nope' is not a graph input"),
     "cycle": (lambda d: _node(d, "fc1")["inputs"].__setitem__(0, "tanh2"), r"cycle: 'fc1' -> .*'fc1'"),

@@ -80,6 +80,19 @@ def test_axis_ops_match_onnxruntime(elem, dt, rtol):
     assert not any("rng" in (la.node,) + la.nodes for la in plan.launches)  # folded: a shape decides it
 
 
+def test_an_unnamed_onnx_output_gets_a_name():
+    """TopK(x, k) -> ("", i): onnxruntime runs it; the values get a name of their own
+    (a tensor named "" would reach the plan)."""
+    from compiler.frontends import onnx_import
+
+    m = _model([N("TopK", ["x", "k"], ["", "i"])], [_vi("x", TP.FLOAT, [2, 5])], [_vi("i", TP.INT64)],
+               [("k", I64(2))], opset=11)
+    (node,) = onnx_import.convert(m, name="m").nodes
+    assert node.outputs == ("TopK_0:unused_output_0", "i")
+    x = R.standard_normal((2, 5)).astype(np.float32)
+    _check(m, {"x": x}, modes=("sink",), want={"i": np.argsort(-x, axis=1, kind="stable")[:, :2]})
+
+
 def test_topk_on_uint8_and_int8_extremes():
     """Smallest-k of integers uses the bitwise complement as its order key: the type's
     minimum and maximum come out exact (negation would overflow)."""

@@ -162,8 +162,10 @@ class _Ctx:
             self.attrs.pop(k, None)
 
     def emit(self, op, inputs, outputs, suffix="", **attrs):
-        """Add a node; a converter that emits several gives each a distinct `suffix`."""
-        self._out.nodes.append(Node(self.name + suffix, op, tuple(inputs), tuple(outputs), freeze(attrs)))
+        """Add a node; a converter that emits several gives each a distinct `suffix`. An
+        output ONNX leaves unnamed ("": nobody reads it) gets a name of its own."""
+        outputs = tuple(o or f"{self.name}{suffix}:unused_output_{i}" for i, o in enumerate(outputs))
+        self._out.nodes.append(Node(self.name + suffix, op, tuple(inputs), outputs, freeze(attrs)))
 
     def single_output(self, keep=1):
         """ONNX ops with optional extra outputs we do not compute: fine if nobody reads them."""
@@ -452,8 +454,8 @@ def _attention(c):
 
 def _emit_with_roles(c, op, role_names, a):
     """Emit `op` with the inputs given (an optional one may be "" anywhere); attribute
-    `roles` names them where some are left out. An unnamed output before a named one
-    gets a name of its own."""
+    `roles` names them where some are left out. Unnamed outputs at the end are left
+    out."""
     if len(c.inputs) > len(role_names):
         c.fail(f"takes at most {len(role_names)} inputs, got {len(c.inputs)}")
     roles = [r for r, n in zip(role_names, c.inputs) if n]
@@ -464,7 +466,7 @@ def _emit_with_roles(c, op, role_names, a):
     outs = list(c.outputs)
     while outs and not outs[-1]:
         outs.pop()
-    c.emit(op, [n for n in c.inputs if n], [o or f"{c.name}:unused_output_{i}" for i, o in enumerate(outs)], **a)
+    c.emit(op, [n for n in c.inputs if n], outs, **a)
 
 
 def _one_hot(c):

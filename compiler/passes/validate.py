@@ -77,6 +77,8 @@ def run(graph):
         if op.n_outputs is not None and len(n.outputs) != op.n_outputs:
             raise ModelError(f"node {n.name!r} ({n.op}): has {op.n_outputs} output(s), got {len(n.outputs)}")
         for o in n.outputs:
+            if not o:
+                raise ModelError(f"node {n.name!r} ({n.op}): an output has an empty name")
             if o in producer:
                 raise ModelError(f"node {n.name!r}: output {o!r} is already produced by {producer[o]}")
             producer[o] = f"node {n.name!r}"
