@@ -82,14 +82,18 @@ def test_refused_forms_name_the_node(model, match):
 
 
 def _attention_model(opset=24):
-    """Four Attention nodes: GQA with a causal bool mask and a KV cache (every output),
+    """Five Attention nodes: GQA with a causal bool mask and a KV cache (every output),
     the probabilities (mode 3) with a scale, 3-D inputs with a float mask and a
-    softcap, and padding given by nonpad_kv_seqlen, fed at run time."""
+    softcap (the scores before it, mode 0, and after it, mode 1), and padding given by
+    nonpad_kv_seqlen, fed at run time."""
     nodes = [
         N("Attention", ["q", "k", "v", "bmask", "pk", "pv"], ["y_gqa", "pres_k", "pres_v", "qk_bias"], is_causal=1,
           qk_matmul_output_mode=2),
         N("Attention", ["q", "k", "v"], ["y_probs", "", "", "probs"], qk_matmul_output_mode=3, scale=0.2),
-        N("Attention", ["q3", "k3", "v3", "fmask"], ["y_3d"], q_num_heads=4, kv_num_heads=2, softcap=2.0),
+        N("Attention", ["q3", "k3", "v3", "fmask"], ["y_3d", "", "", "qk_raw"], q_num_heads=4, kv_num_heads=2,
+          softcap=2.0),  # (mode 0 with a softcap: the scores before it)
+        N("Attention", ["q3", "k3", "v3"], ["y_3d_cap", "", "", "qk_cap"], q_num_heads=4, kv_num_heads=2,
+          softcap=1.5, qk_matmul_output_mode=1),
         N("Attention", ["q", "k", "v", "", "", "", "lens"], ["y_pad"], is_causal=1),
     ]
     F = TP.FLOAT
@@ -97,7 +101,8 @@ def _attention_model(opset=24):
            _vi("pk", F, [2, 2, 4, 8]), _vi("pv", F, [2, 2, 4, 6]), _vi("bmask", TP.BOOL, [2, 1, 3, 9]),
            _vi("q3", F, [2, 3, 32]), _vi("k3", F, [2, 5, 16]), _vi("v3", F, [2, 5, 12]), _vi("fmask", F, [3, 5]),
            _vi("lens", TP.INT64, [2])]
-    outs = ["y_gqa", "pres_k", "pres_v", "qk_bias", "y_probs", "probs", "y_3d", "y_pad"]
+    outs = ["y_gqa", "pres_k", "pres_v", "qk_bias", "y_probs", "probs", "y_3d", "qk_raw", "y_3d_cap", "qk_cap",
+            "y_pad"]
     return _model(nodes, ins, [_vi(o, F) for o in outs], opset=opset)
 
 

@@ -270,10 +270,10 @@ def _attention(node, *arrays):
     rep = qh // kvh
     kr, vr = (jnp.repeat(k, rep, axis=1), jnp.repeat(v, rep, axis=1)) if rep > 1 else (k, v)
     qk = jnp.einsum("bhqd,bhkd->bhqk", q * s, kr * s, preferred_element_type=cdt)
+    raw = qk  # (mode 0: "the raw QK matmul result", as onnxruntime; ONNX's reference gives it softcapped)
     softcap = float(node.attr("softcap", 0.0))
     if softcap > 0:
         qk = softcap * jnp.tanh(qk / softcap)
-    raw = qk
     # the additive bias: 0 where allowed, -inf where not (a float mask adds its values)
     bias = jnp.zeros((sq, total), cdt)
     if "attn_mask" in t:
@@ -300,7 +300,7 @@ def _attention(node, *arrays):
     if arrays[0].ndim == 3:
         y = y.transpose(0, 2, 1, 3).reshape(b, sq, -1)
     mode = p["mode"]
-    qk_out = {0: raw, 1: raw, 2: logits, 3: probs}[mode]
+    qk_out = {0: raw, 1: qk, 2: logits, 3: probs}[mode]
     qk_out = jnp.broadcast_to(qk_out, (b, qh, sq, total)).astype(dt)
     return (y, present_k, present_v, qk_out)[:len(node.outputs)]
 
