@@ -1,5 +1,6 @@
-"""GatherElements, GatherND, ScatterElements (and the older Scatter), ScatterND, OneHot
-and Hardmax (torch.gather, torch.scatter, index_put, F.one_hot export to them) against
+"""GatherElements, GatherND, ScatterElements (and the older Scatter), ScatterND, OneHot,
+Hardmax and GridSample (torch.gather, torch.scatter, index_put, F.one_hot,
+F.grid_sample export to them) against
 onnxruntime: negative indices, indices narrower than data off the gathered axis,
 every scatter reduction, batch_dims, one_hot's axis and out-of-range indices, Hardmax
 before and from opset 13; in kernel and sink mode. ONNX's own node tests of these ops
@@ -122,3 +123,23 @@ F = lambda *s: np.zeros(s, np.float32)  # noqa: E731
 def test_refused_forms_name_the_node(model, match):
     with pytest.raises((ModelError, ShapeError), match=match):
         _prepare(model)
+
+
+@pytest.mark.parametrize("opset", [16, 20])
+def test_grid_sample_matches_onnxruntime(opset):
+    """GridSample (F.grid_sample): every mode, padding mode and align_corners, with grid
+    points well outside [-1, 1] (reflected several times) and exactly on pixel centres;
+    opset 16 spells the modes bilinear and bicubic."""
+    modes = ("bilinear", "nearest", "bicubic") if opset < 20 else ("linear", "nearest", "cubic")
+    nodes, outs = [], []
+    for mode in modes:
+        for pad in ("zeros", "border", "reflection"):
+            for align in (0, 1):
+                outs.append(f"{mode}_{pad}_{align}")
+                nodes.append(N("GridSample", ["x", "g"], [outs[-1]], mode=mode, padding_mode=pad, align_corners=align))
+    m = _model(nodes, [_vi("x", TP.FLOAT, [2, 3, 5, 7]), _vi("g", TP.FLOAT, [2, 4, 6, 2])],
+               [_vi(o, TP.FLOAT) for o in outs], opset=opset)
+    g = R.uniform(-2.6, 2.6, (2, 4, 6, 2)).astype(np.float32)
+    g[0, 0, :, 0] = (2 * np.arange(6) + 1) / 7 - 1  # pixel centres (align_corners=0)
+    _check(m, {"x": R.standard_normal((2, 3, 5, 7)).astype(np.float32), "g": g}, modes=("sink",), rtol=1e-5,
+           atol=1e-5)

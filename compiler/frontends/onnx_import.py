@@ -469,6 +469,13 @@ def _emit_with_roles(c, op, role_names, a):
     c.emit(op, [n for n in c.inputs if n], outs, **a)
 
 
+def _grid_sample(c):
+    a = c.take("mode", "padding_mode", "align_corners")
+    if c.version < 20:  # GridSample-16: 4-D only, the modes spelt bilinear and bicubic
+        a["mode"] = {"bilinear": "linear", "bicubic": "cubic"}.get(a.get("mode", "bilinear"), a.get("mode"))
+    c.emit("grid_sample", c.inputs, c.single_output(), **a)
+
+
 def _one_hot(c):
     if len(c.inputs) != 3:
         c.fail(f"takes 3 inputs (indices, depth, values), got {len(c.inputs)}")
@@ -539,7 +546,7 @@ CONVERTERS = {
     "Hardmax": _softmax_like("hardmax"), "Upsample": _upsample,
     "GroupNormalization": _group_norm,
     "Size": _simple("size"), "EyeLike": _eye_like,
-    "Attention": _attention,
+    "Attention": _attention, "GridSample": _grid_sample,
     "RMSNormalization": _simple("rms_norm", ("axis", "epsilon", "stash_type")),
     "RotaryEmbedding": _simple("rotary_embedding", ("interleaved", "num_heads", "rotary_embedding_dim")),
     "QuantizeLinear": _quant("quantize_linear"), "DequantizeLinear": _quant("dequantize_linear"),
