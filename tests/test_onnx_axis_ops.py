@@ -300,3 +300,25 @@ def test_topk_ranks_signed_zeros_and_nans_as_onnxruntime(elem, dt):
     got = _check(m, feeds, modes=("sink",), rtol=0, atol=0, want=want)[1].run(feeds)
     for k, w in want.items():  # (allclose takes -0.0 for +0.0)
         assert np.array_equal(np.signbit(got[k]), np.signbit(w)) or k == "vn", k  # (vn: the sign of 0/0's NaN)
+
+
+def test_lp_mvn_and_reverse_sequence_match_onnxruntime():
+    """LpNormalization (p 1 and 2, a zero row gives zeros), MeanVarianceNormalization
+    (default axes) and ReverseSequence with lengths fed at run time (0 and full too)."""
+    m = _model([N("LpNormalization", ["x"], ["l1"], p=1, axis=1), N("LpNormalization", ["x"], ["l2"]),
+                N("MeanVarianceNormalization", ["x"], ["mvn"]),
+                N("ReverseSequence", ["s", "lens"], ["rev"], batch_axis=1, time_axis=0),
+                N("ReverseSequence", ["s2", "lens"], ["rev_b"], batch_axis=0, time_axis=1)],
+               [_vi("x", TP.FLOAT, [2, 3, 4, 5]), _vi("s", TP.FLOAT, [6, 4, 3]), _vi("s2", TP.FLOAT, [4, 6]),
+                _vi("lens", TP.INT64, [4])], [_vi(o, TP.FLOAT) for o in ("l1", "l2", "mvn", "rev", "rev_b")], opset=13)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    x[1, :, 2, :] = 0  # a zero vector along axis 1 (and rows along the last axis)
+    feeds = {"x": x, "s": rng.standard_normal((6, 4, 3)).astype(np.float32),
+             "s2": rng.standard_normal((4, 6)).astype(np.float32), "lens": np.array([6, 0, 3, 1], np.int64)}
+    _, sess = _check(m, feeds, modes=("sink",), rtol=1e-5, atol=1e-6)
+    from test_onnx_semantics import _ort
+
+    feeds["lens"] = np.array([2, 6, 5, 4], np.int64)  # other lengths, the same plan
+    for k, w in _ort(m, feeds).items():
+        np.testing.assert_allclose(sess.run(feeds)[k], w, rtol=1e-5, atol=1e-6, err_msg=k)

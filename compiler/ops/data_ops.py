@@ -510,3 +510,38 @@ def _range(node):
 
 register("range", (0, 0), ("dtype", "stash_type"), static_inputs=((0, "start"), (1, "limit"), (2, "delta")),
          static_dtype="dtype")((_range_infer, _range))
+
+
+# ---------------------------------------------------------------- reverse_sequence
+
+def _rev_params(node, x, lens):
+    if len(x.shape) < 2:
+        fail(node, f"input {fmt(x)} must have rank >= 2")
+    b = norm_axis(node, int_attr(node, "batch_axis", 1), len(x.shape), "batch_axis")
+    t = norm_axis(node, int_attr(node, "time_axis", 0), len(x.shape), "time_axis")
+    if {b, t} != {0, 1}:
+        fail(node, f"batch_axis {b} and time_axis {t} must be 0 and 1 (ONNX)")
+    if lens.dtype not in INDEX_DTYPES or tuple(lens.shape) != (x.shape[b],):
+        fail(node, f"sequence_lens {fmt(lens)} must be integers of shape [{x.shape[b]}]")
+    return b, t
+
+
+def _rev_infer(node, ins):
+    _rev_params(node, *ins)
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+def _reverse_sequence(node, x, lens):
+    """ONNX ReverseSequence: along time_axis, the first sequence_lens[b] entries of each
+    batch entry b reversed, the rest kept (lengths clipped into [0, time])."""
+    b, t = _rev_params(node, x, lens)
+    n = x.shape[t]
+    steps = jnp.arange(n)[:, None]  # [time, 1]
+    ln = jnp.clip(lens.astype(jnp.int32), 0, n)[None, :]  # [1, batch]
+    src = jnp.where(steps < ln, ln - 1 - steps, steps)  # [time, batch]
+    xt = jnp.moveaxis(x, (t, b), (0, 1))
+    idx = src.reshape(src.shape + (1,) * (xt.ndim - 2))
+    return (jnp.moveaxis(jnp.take_along_axis(xt, idx, axis=0), (0, 1), (t, b)),)
+
+
+register("reverse_sequence", (2, 2), ("batch_axis", "time_axis"))((_rev_infer, _reverse_sequence))

@@ -476,3 +476,54 @@ register("global_avgpool", (1, 1))((_gap_infer, lambda node, x: (
     jnp.mean(_f32(x), axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype),)))
 register("global_maxpool", (1, 1))((_gap_infer, lambda node, x: (
     jnp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True),)))
+
+
+# ---------------------------------------------------------------- lp_norm / mean_variance_norm
+
+def _lp_infer(node, ins):
+    x = ins[0]
+    require_float(node, x)
+    norm_axis(node, int_attr(node, "axis", -1), len(x.shape))
+    if int_attr(node, "p", 2) not in (1, 2):
+        fail(node, f"attribute 'p' must be 1 or 2, got {node.attr('p')}")
+    return [(x.dtype, x.shape)]
+
+
+def _lp_norm(node, x):
+    """ONNX LpNormalization: x over its L1 or L2 norm along `axis`; a zero norm gives 0
+    (float32 math)."""
+    axis, p = node.attr("axis", -1) % x.ndim, node.attr("p", 2)
+    xf = _f32(x)
+    norm = jnp.sum(jnp.abs(xf), axis=axis, keepdims=True) if p == 1 else \
+        jnp.sqrt(jnp.sum(jnp.square(xf), axis=axis, keepdims=True))
+    return (jnp.where(norm == 0, 0.0, xf / jnp.where(norm == 0, 1.0, norm)).astype(x.dtype),)
+
+
+register("lp_norm", (1, 1), ("axis", "p"))((_lp_infer, _lp_norm))
+
+
+def _mvn_axes(node, rank):
+    axes = [norm_axis(node, a, rank, "axes entry") for a in int_list(node, "axes", default=(0, 2, 3))]
+    if not axes or len(set(axes)) != len(axes):
+        fail(node, f"attribute 'axes' must name distinct axes, got {list(node.attr('axes', ()))}")
+    return tuple(sorted(axes))
+
+
+def _mvn_infer(node, ins):
+    x = ins[0]
+    require_float(node, x)
+    _mvn_axes(node, len(x.shape))
+    return [(x.dtype, x.shape)]
+
+
+def _mvn(node, x):
+    """ONNX MeanVarianceNormalization: (x - mean) / (sqrt(E[x^2] - mean^2) + 1e-9) over
+    `axes` (default [0, 2, 3]), as its function body computes it (float32 math)."""
+    axes = _mvn_axes(node, x.ndim)
+    xf = _f32(x)
+    mean = jnp.mean(xf, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(xf), axis=axes, keepdims=True) - jnp.square(mean)
+    return (((xf - mean) / (jnp.sqrt(var) + 1e-9)).astype(x.dtype),)
+
+
+register("mean_variance_norm", (1, 1), ("axes",))((_mvn_infer, _mvn))
