@@ -434,9 +434,13 @@ def _eye_value(node, ins):
     return [np.eye(*ins[0].shape, k=k, dtype=dtypes.np_dtype(dt))]
 
 
+def _eye_like(node, x):
+    dt, k = _eye_params(node, x)
+    return (jnp.eye(*x.shape, k=k, dtype=_device_dtype(dt)),)
+
+
 register("eye_like", (1, 1), ("dtype", "k"), shape_value=_eye_value)((
-    lambda node, ins: [(_eye_params(node, ins[0])[0], ins[0].shape)],
-    lambda node, x: (jnp.eye(*x.shape, k=_eye_params(node, x)[1], dtype=_device_dtype(_eye_params(node, x)[0])),)))
+    lambda node, ins: [(_eye_params(node, ins[0])[0], ins[0].shape)], _eye_like))
 
 
 def _cos_params(node):
