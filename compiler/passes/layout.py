@@ -32,6 +32,7 @@ from aotplan.graph import Node, TensorInfo
 from compiler.formats import ELEMENTWISE, SUPPORTED, device_axis
 
 POLICIES = ("default", "nhwc", "aligned", "blocked", "auto")
+SINK_CANDIDATES = ("default", "nhwc")  # what `auto` weighs in a sink plan (see run)
 FAMILY = {"nhwc": "nhwc", "aligned": "aligned", "blocked": "nc1hwc0"}
 
 
@@ -127,17 +128,17 @@ def _unique(base, taken):
 
 
 def run(graph, order, info, policy="default", target="cpu", launch="kernel"):
-    """-> Layout. `launch`: the plan's launch mode; `auto` in a
-    sink plan is `default` (XLA lays out the one program's intermediates itself:
-    measured, no policy changes a ResNet-50 sink step beyond noise, aligned slows it)."""
+    """-> Layout. `launch`: the plan's launch mode; `auto` in a sink plan weighs only
+    `default` and `nhwc` (SINK_CANDIDATES): XLA plans the one program's intermediates
+    itself, but its CPU convolutions still transpose NCHW operands, which nhwc saves
+    (docs/design.md, "Storage formats"); aligned and blocked slow a sink step."""
     if policy not in POLICIES:
         raise ModelError(f"unknown format policy {policy!r} (choose from {', '.join(POLICIES)})")
-    if policy == "auto" and launch == "sink":
-        return dataclasses.replace(run(graph, order, info, "default", target), estimates=(("sink", 0.0),))
     if policy == "auto":
         from compiler.passes import format_cost
 
-        lay, est = format_cost.choose(target, lambda p: run(graph, order, info, p, target))
+        lay, est = format_cost.choose(target, lambda p: run(graph, order, info, p, target),
+                                      SINK_CANDIDATES if launch == "sink" else format_cost.CANDIDATES)
         return dataclasses.replace(lay, estimates=tuple(sorted(est.items())))
     fmts = {t: "default" for t in info}
     if policy == "default":
