@@ -21,7 +21,7 @@ TopK CumSum Range DepthToSpace SpaceToDepth LSTM GRU RNN
 Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Softsign Celu ThresholdedRelu Shrink IsNaN IsInf Mean
 GatherElements GatherND ScatterElements Scatter ScatterND OneHot Hardmax Upsample GroupNormalization
 QuantizeLinear DequantizeLinear RMSNormalization RotaryEmbedding Size EyeLike Attention GridSample
-LpNormalization MeanVarianceNormalization ReverseSequence""".split())
+LpNormalization MeanVarianceNormalization ReverseSequence If""".split())
 
 SKIP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_node_skips.txt")
 
@@ -38,7 +38,16 @@ def all_cases():
 
 
 def case_ops(case):
-    return {n.op_type for n in case.model.graph.node}
+    """The operators a case's graph uses, those of its subgraphs (If branches) too."""
+    return set(_graph_ops(case.model.graph))
+
+
+def _graph_ops(g):
+    for n in g.node:
+        yield n.op_type
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _graph_ops(sub)
 
 
 def supported_cases():

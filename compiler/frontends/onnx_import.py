@@ -557,7 +557,7 @@ CONVERTERS = {
     "DepthToSpace": _simple("depth_to_space", ("blocksize", "mode")),
     "SpaceToDepth": _simple("space_to_depth", ("blocksize", "mode")),
 }
-SUPPORTED_OPS = tuple(sorted(CONVERTERS) + ["Constant"])
+SUPPORTED_OPS = tuple(sorted(list(CONVERTERS) + ["Constant", "If"]))  # Constant, If: in _convert_nodes
 
 
 class _Out:
@@ -697,7 +697,6 @@ def convert(model, input_shapes=None, name=None, freeze=None):
     """onnx.ModelProto -> Graph. `input_shapes`: {input name: dims} for symbolic dims;
     `freeze`: Graph -> Graph, applied before the declared outputs are checked (it makes
     the --freeze-input values constants, so that every shape is known there)."""
-    onnx = _onnx()
     fixed = dict(input_shapes or {})
     g = model.graph
     opset = opset_version(model)
@@ -733,30 +732,81 @@ def convert(model, input_shapes=None, name=None, freeze=None):
         if not vi.type.HasField("tensor_type"):
             raise ModelError(f"{where}: only tensor inputs are supported")
         inputs.append(TensorInfo(vi.name, elem_dtype(vi.type.tensor_type.elem_type, where), _dims(vi, fixed, where)))
-    consumed = {i for n in g.node for i in n.input if i} | {o.name for o in g.output}
-    out = _Out(consumed)
+    out = _Out(set(_read_names(g.node, {})) | {o.name for o in g.output})
+    _initializers(g, out, {})
+    _convert_nodes(g.node, out, opset, set(), {}, "", g)
+    outputs = tuple(dict.fromkeys(o.name for o in g.output))  # an output listed twice is one output
+    graph = Graph(name or g.name or "model", tuple(inputs), outputs, tuple(out.nodes), tuple(out.constants))
+    if freeze is not None:
+        graph = freeze(graph)
+    _check_outputs(graph, g.output, dims_too=not fixed)
+    return graph
+
+
+def _initializers(g, out, scope):
     for t in g.initializer:
         dt, arr = _array(t, f"initializer {t.name!r}")
-        out.constants.append(Constant(t.name, dt, tuple(arr.shape), arr))
+        out.constants.append(Constant(scope.get(t.name, t.name), dt, tuple(arr.shape), arr))
     for sp in g.sparse_initializer:  # densified: plans hold dense constants
         dt, arr = _sparse_array(sp, f"sparse initializer {sp.values.name!r}")
-        out.constants.append(Constant(sp.values.name, dt, tuple(arr.shape), arr))
-    used_names = set()
-    for i, node in enumerate(g.node):
-        nname = node.name or f"{node.op_type}_{i}"
+        out.constants.append(Constant(scope.get(sp.values.name, sp.values.name), dt, tuple(arr.shape), arr))
+
+
+def _subgraphs(node):
+    onnx = _onnx()
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.name, a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from ((a.name, sub) for sub in a.graphs)
+
+
+def _read_names(nodes, scope):
+    """Every value name the nodes read, their subgraphs (If branches) included, as
+    `scope` renames them: what `_Ctx.single_output` asks about."""
+    for n in nodes:
+        yield from (scope.get(i, i) for i in n.input if i)
+        for _, sub in _subgraphs(n):
+            yield from _read_names(sub.node, scope)
+            yield from (scope.get(o.name, o.name) for o in sub.output)
+
+
+def _renamed(node, scope):
+    """The node with its value names renamed by `scope` (an If branch's own values)."""
+    if not any(x in scope for x in list(node.input) + list(node.output)):
+        return node
+    onnx = _onnx()
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    copy.input[:] = [scope.get(i, i) for i in node.input]
+    copy.output[:] = [scope.get(o, o) for o in node.output]
+    return copy
+
+
+def _convert_nodes(nodes, out, opset, used_names, scope, prefix, top):
+    """Convert ONNX nodes into `out`; `scope` renames the values an If branch defines
+    (others are the enclosing graphs'), `prefix` its node names; `top`: the model's
+    graph, for the unsupported-operator error."""
+    onnx = _onnx()
+    for i, node in enumerate(nodes):
+        nname = prefix + (node.name or f"{node.op_type}_{i}")
         while nname in used_names:
             nname = f"{nname}_{i}"
         used_names.add(nname)
+        node = _renamed(node, scope)
         if node.domain not in ("", "ai.onnx"):
             raise ModelError(f"node {nname!r}: operator {node.domain}.{node.op_type} is not supported")
         if node.op_type == "Constant":
             dt, arr = _constant_node(node, nname)
             out.constants.append(Constant(node.output[0], dt, tuple(arr.shape), np.asarray(arr, order="C")))
             continue
+        if node.op_type == "If":
+            _if(node, nname, out, opset, used_names, scope, top)
+            continue
         conv = CONVERTERS.get(node.op_type)
         if conv is None:
             raise ModelError(f"node {nname!r}: ONNX operator {node.op_type!r} is not supported"
-                             + _unsupported_others(g, node.op_type) + f" ({len(SUPPORTED_OPS)} are: `aotplan "
+                             + _unsupported_others(top, node.op_type) + f" ({len(SUPPORTED_OPS)} are: `aotplan "
                              f"import onnx --list-ops` lists them)")
         try:
             version = onnx.defs.get_schema(node.op_type, opset, node.domain or "").since_version
@@ -767,12 +817,40 @@ def convert(model, input_shapes=None, name=None, freeze=None):
         c.drop("consumed_inputs")
         if c.attrs:
             c.fail(f"attribute {sorted(c.attrs)[0]!r} is not supported")
-    outputs = tuple(dict.fromkeys(o.name for o in g.output))  # an output listed twice is one output
-    graph = Graph(name or g.name or "model", tuple(inputs), outputs, tuple(out.nodes), tuple(out.constants))
-    if freeze is not None:
-        graph = freeze(graph)
-    _check_outputs(graph, g.output, dims_too=not fixed)
-    return graph
+
+
+def _if(node, nname, out, opset, used_names, scope, top):
+    """ONNX If: both branches become nodes of the graph (each branch's own values renamed
+    `NODE:then:NAME` / `NODE:else:NAME`), then an `if` node picks the results
+    (compiler/ops/control.py: folded to one branch where the condition is constant)."""
+    where = f"node {nname!r} (If)"
+    branches = dict(_subgraphs(node))
+    for a in node.attribute:
+        if a.name not in ("then_branch", "else_branch"):
+            raise ModelError(f"{where}: attribute {a.name!r} is not supported")
+    for key in ("then_branch", "else_branch"):
+        if key not in branches:
+            raise ModelError(f"{where}: attribute {key!r} (a graph) is missing")
+    if len(node.input) != 1 or not node.input[0]:
+        raise ModelError(f"{where}: takes 1 input (the condition), got {len(node.input)}")
+    if not node.output:
+        raise ModelError(f"{where}: has no outputs")
+    results = []
+    for key in ("then_branch", "else_branch"):
+        b, tag = branches[key], key.split("_")[0]
+        if b.input:
+            raise ModelError(f"{where}: {key} declares {len(b.input)} inputs; an If branch takes none")
+        if len(b.output) != len(node.output):
+            raise ModelError(f"{where}: {key} has {len(b.output)} outputs, the node {len(node.output)}")
+        own = [t.name for t in b.initializer] + [sp.values.name for sp in b.sparse_initializer] + \
+            [o for n in b.node for o in n.output if o]
+        inner = dict(scope) | {x: f"{nname}:{tag}:{x}" for x in own}
+        out.consumed |= set(_read_names(b.node, inner)) | {inner.get(o.name, o.name) for o in b.output}
+        _initializers(b, out, inner)
+        _convert_nodes(b.node, out, opset, used_names, inner, f"{nname}:{tag}:", top)
+        results.append([inner.get(o.name, o.name) for o in b.output])
+    outputs = tuple(o or f"{nname}:unused_output_{i}" for i, o in enumerate(node.output))
+    out.nodes.append(Node(nname, "if", (node.input[0], *results[0], *results[1]), outputs, freeze({})))
 
 
 def _unsupported_others(g, first):
@@ -782,7 +860,7 @@ def _unsupported_others(g, first):
     import collections
 
     seen = collections.Counter(n.op_type for n in g.node if n.domain in ("", "ai.onnx")
-                               and n.op_type not in CONVERTERS and n.op_type != "Constant")
+                               and n.op_type not in SUPPORTED_OPS)
     k = seen.pop(first, 1)
     count = f" ({k} nodes)" if k > 1 else ""
     if not seen:

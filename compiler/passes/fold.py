@@ -4,7 +4,8 @@ Walks the nodes in topological order, inferring shapes as it goes:
 1. Static inputs (reshape's shape, slice's starts, ...: see `OpDef.static_inputs`) are
    bound to their attributes. The tensor must be a constant by then (an initializer,
    or something folded from constants and shapes), else the error names the node.
-2. `shape` nodes become constants: every shape is static.
+2. `shape` nodes become constants: every shape is static. An `if` whose condition is
+   a constant becomes identities of the chosen branch's results (ops/control.py).
 3. With `fold_constants` on, a node whose inputs are all constants is evaluated now and
    replaced by constants, unless that would store much more than it reads (an expand
    of a scalar to a large tensor stays a launch). With it off, only the nodes that
@@ -44,7 +45,7 @@ def run(graph, fold_constants=True):
     info.update({c.name: c.info for c in graph.constants})
     needed = _static_closure(graph, order)
     kept, bound, folded = [], 0, 0
-    for node in order:
+    for node in (n for node_ in order for n in _chosen_branch(node_, consts)):
         op = ops.get(node.op)
         node, nb = _bind(node, op, consts)
         bound += nb
@@ -63,6 +64,27 @@ def run(graph, fold_constants=True):
             kept.append(node)
     g = dataclasses.replace(graph, nodes=tuple(kept), constants=tuple(consts.values()))
     return g, FoldStats(bound, folded)
+
+
+def _chosen_branch(node, consts):
+    """An `if` whose condition is a constant -> identities from the chosen branch's
+    results (the identity pass removes them, dce the other branch); any other node ->
+    itself (ops/control.py)."""
+    if node.op != "if" or node.inputs[0] not in consts:
+        return (node,)
+    from compiler.ops import control
+
+    cond, then, other = control.branches(node)
+    c = consts[cond]
+    if c.dtype != "bool" or np.asarray(c.data).size != 1:
+        raise ShapeError(f"node {node.name!r} (if): the condition {cond!r} must be a bool tensor of one element, "
+                         f"got {c.dtype}{list(c.shape)}")
+    if len(then) != len(node.outputs) or len(other) != len(node.outputs):
+        raise ShapeError(f"node {node.name!r} (if): takes a condition and two results per output "
+                         f"({len(node.outputs)} outputs), got {len(node.inputs)} inputs")
+    src = then if bool(np.asarray(c.data).reshape(())) else other
+    return tuple(dataclasses.replace(node, name=f"{node.name}:{i}", op="identity", inputs=(s,), outputs=(o,), attrs=())
+                 for i, (s, o) in enumerate(zip(src, node.outputs)))
 
 
 def _check_gather_indices(node, data, indices):
