@@ -6,6 +6,8 @@ computed in float32 and cast back, as ONNX's stash_type=1 does."""
 
 import contextlib
 import contextvars
+import itertools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -340,6 +342,9 @@ def conv_lowered(node, x, w, b=None, logical=None, channels_last=False):
     conv = lambda x, pads: lax.conv_general_dilated(  # noqa: E731
         x, w, window_strides=s, padding=pads, rhs_dilation=d, feature_group_count=node.attr("group", 1),
         dimension_numbers=dn)
+    if _DEPTHWISE_TAPS.get() and _is_depthwise(node, x, w, k, channels_last):
+        conv = lambda x, pads: _depthwise_taps(x, w, s, d, pads, k, channels_last,  # noqa: E731
+                                               node.attr("weight_layout", "OIS") == "SIO")
     bands = _CONV_BANDS.get().get(node.name, 1)
     y = _in_bands(conv, x, k[0], s[0], d[0], pads, 1 if channels_last else 2, bands) if bands > 1 else conv(x, pads)
     if b is not None:
@@ -349,6 +354,60 @@ def conv_lowered(node, x, w, b=None, logical=None, channels_last=False):
 
 def _conv(node, x, w, b=None):
     return (conv_lowered(node, x, w, b),)
+
+
+# Depthwise convolutions as sums of shifted slices (below): set by the lowering for
+# CPU targets (compiler/passes/lower.py); the reference evaluation keeps lax.conv.
+_DEPTHWISE_TAPS = contextvars.ContextVar("depthwise_taps", default=False)
+MAX_DEPTHWISE_TAPS = 64  # kernel taps (3x3: 9, ConvNeXt's 7x7: 49, a conformer's 1-D 31)
+
+
+@contextlib.contextmanager
+def depthwise_taps(on):
+    token = _DEPTHWISE_TAPS.set(bool(on))
+    try:
+        yield
+    finally:
+        _DEPTHWISE_TAPS.reset(token)
+
+
+def _is_depthwise(node, x, w, k, channels_last):
+    """One filter per input channel (group = C = M), a float32 input, a small kernel."""
+    c = x.shape[-1] if channels_last else x.shape[1]
+    m, cg, _ = _weight_dims(node, w.shape)
+    return (node.attr("group", 1) == c == m and cg == 1 and c > 1 and x.dtype == jnp.float32
+            and 0 < math.prod(k) <= MAX_DEPTHWISE_TAPS)
+
+
+def _depthwise_taps(x, w, s, d, pads, k, channels_last, sio):
+    """A depthwise convolution as the sum over the kernel's taps of a strided slice of
+    the padded input times that tap's per-channel weights: one elementwise loop that
+    XLA fuses and vectorizes over the channels. XLA's CPU convolution with
+    feature_group_count = C runs a generic loop instead; measured on MobileNet-v2's
+    3x3 layers (NHWC, batch 1, 2 cores): 15-21x faster, e.g. 112x112x32 8.47 -> 0.40 ms
+    (docs/design.md, "Depthwise convolutions"). The products are summed in tap order,
+    not XLA's: float rounding apart, the same numbers. float32 only (a half-precision
+    sum of taps would round at each one)."""
+    nd = len(k)
+    c = x.shape[-1] if channels_last else x.shape[1]
+    taps = w.reshape(tuple(k) + (c,)) if sio else jnp.moveaxis(w.reshape((c,) + tuple(k)), 0, -1)  # (k..., C)
+    axes = tuple(range(1, 1 + nd)) if channels_last else tuple(range(2, 2 + nd))
+    cfg = [(0, 0, 0)] * x.ndim
+    for a, (lo, hi) in zip(axes, pads):
+        cfg[a] = (lo, hi, 0)
+    xp = lax.pad(x, jnp.array(0, x.dtype), cfg)
+    out = [(xp.shape[a] - d[j] * (k[j] - 1) - 1) // s[j] + 1 for j, a in enumerate(axes)]
+    acc = None
+    for tap in itertools.product(*(range(kk) for kk in k)):
+        start, limit, step = [0] * x.ndim, list(xp.shape), [1] * x.ndim
+        for j, a in enumerate(axes):
+            start[a] = tap[j] * d[j]
+            limit[a] = start[a] + (out[j] - 1) * s[j] + 1
+            step[a] = s[j]
+        wt = taps[tap] if channels_last else taps[tap].reshape((c,) + (1,) * nd)
+        term = lax.slice(xp, start, limit, step) * wt
+        acc = term if acc is None else acc + term
+    return acc
 
 
 # Convolutions lowered in row bands (node name -> bands), set by the lowering while it

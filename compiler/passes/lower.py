@@ -322,7 +322,7 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
         if dynamic:
             specs.append(jax.ShapeDtypeStruct((n_off,), jnp.int32))
         specs += [_spec(recs[t]) for t in feeds]
-        with nn.conv_bands(bands or {}):
+        with nn.conv_bands(bands or {}), nn.depthwise_taps(set(export.targets) == {"cpu"}):
             compiled = export(name, fn, specs)
 
         def kernel():
