@@ -108,6 +108,30 @@ def test_condition_folded_from_shapes_picks_one_branch():
     assert [n.op for n in order] == ["reshape", "relu", "sigmoid"]  # the if and the else branch are gone
 
 
+def test_condition_folded_from_shapes_with_folding_disabled():
+    """`--disable-pass fold` still evaluates what shapes need: an `if`'s condition is
+    one of those (helper-41: it was left to run time, and the error said to freeze an
+    input the model does not have); so is a branch result that feeds a static input."""
+    x = R.standard_normal((2, 3)).astype(np.float32)
+    _check(_shape_decided_model(), {"x": x}, modes=("kernel",), rtol=1e-6, atol=1e-7, disabled=frozenset({"fold"}))
+    then = _branch("then", [N("Identity", ["s6"], ["s"])], [_vi("s", TP.INT64, [2])])
+    other = _branch("else", [N("Identity", ["s2"], ["s"])], [_vi("s", TP.INT64, [2])])
+    m = _model([N("If", ["c"], ["shp"], then_branch=then, else_branch=other), N("Reshape", ["x", "shp"], ["y"])],
+               [_vi("x", TP.FLOAT, [2, 3])], [_vi("y", TP.FLOAT)],
+               [("c", np.array(True)), ("s6", np.array([3, 2], np.int64)), ("s2", np.array([1, 6], np.int64))])
+    _check(m, {"x": x}, modes=("kernel",), rtol=0, atol=0, disabled=frozenset({"fold"}))
+
+
+def test_declared_outputs_are_checked_behind_a_folded_if():
+    m = _shape_decided_model()
+    m.graph.output[0].CopyFrom(_vi("out", TP.INT32, [7, 7]))
+    from compiler.frontends import onnx_import
+
+    with pytest.raises(ModelError, match=r"output 'out': the model declares it int32\[7, 7\], but the graph "
+                                         r"computes float32\[3, 2\]"):
+        onnx_import.convert(m, name="m")
+
+
 @pytest.mark.parametrize("c", [True, False])
 def test_frozen_condition_picks_one_branch(tmp_path, c):
     """`--freeze-input c=FILE.npy` makes the condition a constant: the branches may give

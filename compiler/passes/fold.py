@@ -45,7 +45,7 @@ def run(graph, fold_constants=True):
     info.update({c.name: c.info for c in graph.constants})
     needed = _static_closure(graph, order)
     kept, bound, folded = [], 0, 0
-    for node in (n for node_ in order for n in _chosen_branch(node_, consts)):
+    for node in _expanded(order, consts, needed):
         op = ops.get(node.op)
         node, nb = _bind(node, op, consts)
         bound += nb
@@ -64,6 +64,16 @@ def run(graph, fold_constants=True):
             kept.append(node)
     g = dataclasses.replace(graph, nodes=tuple(kept), constants=tuple(consts.values()))
     return g, FoldStats(bound, folded)
+
+
+def _expanded(order, consts, needed):
+    """The nodes in order, each `if` with a constant condition (by the time it is
+    reached) replaced by `_chosen_branch`'s identities, needed where it was."""
+    for node in order:
+        chosen = _chosen_branch(node, consts)
+        if node.name in needed and chosen[0] is not node:
+            needed.update(n.name for n in chosen)
+        yield from chosen
 
 
 def _chosen_branch(node, consts):
@@ -144,9 +154,11 @@ def freeze_inputs(graph, values):
 
 
 def _static_closure(graph, order):
-    """Names of the nodes whose values some static input needs."""
+    """Names of the nodes whose values some static input, or an `if`'s condition (it
+    decides which branch's shapes count), needs."""
     made_by = {o: n for n in order for o in n.outputs}
     want = [n.inputs[p] for n in order for p, _ in ops.get(n.op).static_inputs if p < len(n.inputs) and n.inputs[p]]
+    want += [n.inputs[0] for n in order if n.op == "if"]
     needed = set()
     while want:
         t = want.pop()
