@@ -108,6 +108,26 @@ def test_condition_folded_from_shapes_picks_one_branch():
     assert [n.op for n in order] == ["reshape", "relu", "sigmoid"]  # the if and the else branch are gone
 
 
+def test_dead_branch_need_not_fit_the_shapes():
+    """`if x.shape[0] == 1: x.squeeze(0) else: ...` compiled for batch 2: the dead branch
+    cannot even be shaped (helper-41: it stopped the compile); with folding off too.
+    A node outside every dead branch is still checked, even one nobody reads."""
+    then = _branch("then", [N("Squeeze", ["x", "ax"], ["y"])], [_vi("y", TP.FLOAT)], [("ax", np.array([0], np.int64))])
+    other = _branch("else", [N("ReduceSum", ["x", "ax0"], ["y"], keepdims=0)], [_vi("y", TP.FLOAT)])
+    nodes = [N("Shape", ["x"], ["s"]), N("Gather", ["s", "zero"], ["n"], axis=0), N("Equal", ["n", "one"], ["c"]),
+             N("If", ["c"], ["y"], then_branch=then, else_branch=other), N("Relu", ["y"], ["out"])]
+    inits = [("zero", np.int64(0)), ("one", np.int64(1)), ("ax0", np.array([0], np.int64))]
+    m = _model(nodes, [_vi("x", TP.FLOAT, [2, 3])], [_vi("out", TP.FLOAT)], inits, opset=17)
+    x = R.standard_normal((2, 3)).astype(np.float32)
+    want = {"out": np.maximum(x.sum(0), 0)}
+    for disabled in (frozenset(), frozenset({"fold"})):
+        _check(m, {"x": x}, modes=("sink",), rtol=1e-6, atol=1e-6, want=want, disabled=disabled)
+    m.graph.node.append(N("Squeeze", ["x", "ax"], ["unread"], name="dangling"))
+    m.graph.initializer.append(numpy_helper.from_array(np.array([0], np.int64), "ax"))
+    with pytest.raises(ShapeError, match=r"node 'dangling' \(squeeze\): cannot squeeze axes \[0\]"):
+        _prepare(m)
+
+
 def test_condition_folded_from_shapes_with_folding_disabled():
     """`--disable-pass fold` still evaluates what shapes need: an `if`'s condition is
     one of those (helper-41: it was left to run time, and the error said to freeze an

@@ -7,8 +7,9 @@ ONNX importer inlines each branch's subgraph, its values renamed `IF:then:NAME` 
     if(cond, then_1..then_k, else_1..else_k) -> out_1..out_k
 
 Where `cond` is known at compile time (a constant, a frozen input, or folded from
-them), the fold pass replaces the node by the chosen branch's results and the other
-branch is dead code (passes/fold.py); its outputs may then have any shape. Where it is
+them), the fold pass replaces the node by the chosen branch's results and removes
+the nodes only the other branch reads (passes/fold.py): that branch's outputs may
+have any shape, and its nodes need not even fit the model's shapes. Where it is
 known only at run time, both branches run and each output is selected on the device,
 which needs each pair of results to have the same dtype and shape.
 """

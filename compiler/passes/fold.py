@@ -39,49 +39,118 @@ class FoldStats:
 
 
 def run(graph, fold_constants=True):
+    if any(n.op == "if" for n in graph.nodes):
+        graph = _without_dead_branches(graph, fold_constants)
+    kept, consts, bound, folded = _walk(graph, fold_constants)
+    g = dataclasses.replace(graph, nodes=tuple(kept), constants=tuple(consts.values()))
+    return g, FoldStats(bound, folded)
+
+
+def _walk(graph, fold_constants, poisoned=None, chosen=None):
+    """The fold proper -> (kept nodes, constants, bound, folded). `poisoned`: None, or
+    a dict in which a node whose rule or evaluation fails maps its outputs to the
+    error, its consumers' too, instead of raising (`_without_dead_branches`).
+    `chosen`: filled with {if node: (results it takes, results it drops)} for each `if`
+    it resolved."""
     order = schedule.run(graph)
     consts = {c.name: c for c in graph.constants}
     info = {t.name: t for t in graph.inputs}
     info.update({c.name: c.info for c in graph.constants})
     needed = _static_closure(graph, order)
     kept, bound, folded = [], 0, 0
-    for node in _expanded(order, consts, needed):
-        op = ops.get(node.op)
-        node, nb = _bind(node, op, consts)
+    for node in _expanded(order, consts, needed, chosen if chosen is not None else {}):
+        if poisoned is not None:
+            bad = next((poisoned[i] for i in node.inputs if i in poisoned), None)
+            if bad is not None:
+                poisoned.update((o, bad) for o in node.outputs)
+                continue
+        try:
+            op = ops.get(node.op)
+            node, nb = _bind(node, op, consts)
+            outs = infer_pass.infer_node(node, op, [info[i] for i in node.inputs])
+            if node.op == "gather" and node.inputs[1] in consts:
+                _check_gather_indices(node, info[node.inputs[0]], consts[node.inputs[1]])
+            fold = _should_fold(node, op, outs, consts, needed, fold_constants)
+            if fold:
+                _check_fold_size(node, op, outs, consts, needed)
+                values = _evaluate(node, op, [consts.get(i) for i in node.inputs], [info[i] for i in node.inputs],
+                                   outs)
+        except (ModelError, LimitError) as e:
+            if poisoned is None:
+                raise
+            poisoned.update((o, e) for o in node.outputs)
+            continue
         bound += nb
-        outs = infer_pass.infer_node(node, op, [info[i] for i in node.inputs])
         for name, (dt, shape) in zip(node.outputs, outs):
             info[name] = TensorInfo(name, dt, shape)
-        if node.op == "gather" and node.inputs[1] in consts:
-            _check_gather_indices(node, info[node.inputs[0]], consts[node.inputs[1]])
-        if _should_fold(node, op, outs, consts, needed, fold_constants):
-            _check_fold_size(node, op, outs, consts, needed)
-            values = _evaluate(node, op, [consts.get(i) for i in node.inputs], [info[i] for i in node.inputs], outs)
+        if fold:
             for name, (dt, shape), v in zip(node.outputs, outs, values):
                 consts[name] = Constant(name, dt, shape, v)
             folded += 1
         else:
             kept.append(node)
-    g = dataclasses.replace(graph, nodes=tuple(kept), constants=tuple(consts.values()))
-    return g, FoldStats(bound, folded)
+    return kept, consts, bound, folded
 
 
-def _expanded(order, consts, needed):
+def _without_dead_branches(graph, fold_constants):
+    """The graph without the nodes that only an `if`'s untaken branch reads, where its
+    condition folds to a constant: such a branch may not even be valid for the model's
+    shapes (`if x.shape[0] == 1: x.squeeze(0)`), as it never runs. A first, lenient
+    fold finds the conditions (a failing node only poisons what reads it); each
+    resolved `if` becomes identities of its taken results. Nodes that read nothing
+    dropped stay, whatever they are: their errors are the strict fold's to report."""
+    chosen = {}
+    _walk(graph, fold_constants, poisoned={}, chosen=chosen)
+    if not chosen:
+        return graph
+    consts = {c.name for c in graph.constants}
+    made_by = {o: n for n in graph.nodes for o in n.outputs}
+
+    def reach(names, skip_dropped):
+        seen, want = set(), list(names)
+        while want:
+            n = made_by.get(want.pop())
+            if n is None or n.name in seen:
+                continue
+            seen.add(n.name)
+            reads = n.inputs
+            if skip_dropped and n.name in chosen:
+                reads = (n.inputs[0],) + chosen[n.name][0]
+            want.extend(i for i in reads if i and i not in consts)
+        return seen
+
+    live = reach(graph.outputs, True)
+    others = [o for n in graph.nodes if n.name not in reach([d for _, v in chosen.values() for d in v], False)
+              for o in n.outputs]  # nodes outside every dropped branch (dangling ones too)
+    live |= reach(others, True)
+    nodes = []
+    for n in graph.nodes:
+        if n.name in chosen and n.name in live:
+            nodes.extend(_identities(n, chosen[n.name][0]))
+        elif n.name in live:
+            nodes.append(n)
+    return dataclasses.replace(graph, nodes=tuple(nodes))
+
+
+def _expanded(order, consts, needed, chosen):
     """The nodes in order, each `if` with a constant condition (by the time it is
-    reached) replaced by `_chosen_branch`'s identities, needed where it was."""
+    reached) replaced by `_chosen_branch`'s identities, needed where it was; `chosen`
+    gets {if node: (the results it takes, those it drops)}."""
     for node in order:
-        chosen = _chosen_branch(node, consts)
-        if node.name in needed and chosen[0] is not node:
-            needed.update(n.name for n in chosen)
-        yield from chosen
+        nodes, dropped = _chosen_branch(node, consts)
+        if dropped is not None:
+            chosen[node.name] = (tuple(n.inputs[0] for n in nodes), tuple(dropped))
+            if node.name in needed:
+                needed.update(n.name for n in nodes)
+        yield from nodes
 
 
 def _chosen_branch(node, consts):
-    """An `if` whose condition is a constant -> identities from the chosen branch's
-    results (the identity pass removes them, dce the other branch); any other node ->
-    itself (ops/control.py)."""
+    """An `if` whose condition is a constant -> (identities from the chosen branch's
+    results (the identity pass removes them, dce the other branch), the other
+    branch's results); any other node -> ((node,), None) (ops/control.py)."""
     if node.op != "if" or node.inputs[0] not in consts:
-        return (node,)
+        return (node,), None
     from compiler.ops import control
 
     cond, then, other = control.branches(node)
@@ -92,9 +161,13 @@ def _chosen_branch(node, consts):
     if len(then) != len(node.outputs) or len(other) != len(node.outputs):
         raise ShapeError(f"node {node.name!r} (if): takes a condition and two results per output "
                          f"({len(node.outputs)} outputs), got {len(node.inputs)} inputs")
-    src = then if bool(np.asarray(c.data).reshape(())) else other
+    taken = bool(np.asarray(c.data).reshape(()))
+    return _identities(node, then if taken else other), (other if taken else then)
+
+
+def _identities(node, results):
     return tuple(dataclasses.replace(node, name=f"{node.name}:{i}", op="identity", inputs=(s,), outputs=(o,), attrs=())
-                 for i, (s, o) in enumerate(zip(src, node.outputs)))
+                 for i, (s, o) in enumerate(zip(results, node.outputs)))
 
 
 def _check_gather_indices(node, data, indices):
