@@ -357,7 +357,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                   f"the kernels)" if n_inline else "") + f"; max workspace {_fmt_bytes(m.max_workspace_bytes)}")
     fs = res.formats
     chosen = fs.policy if format_policy != "auto" else f"auto -> {fs.policy}" + (
-        " (predicted: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in fs.estimates) + ")"
+        " (sink plans: nhwc wherever a convolution can run in it)" if dict(fs.estimates).keys() == {"sink"}
+        else " (predicted: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in fs.estimates) + ")"
         if fs.estimates else " (no calibration table for this target)")
     click.echo(f"  formats: policy {chosen}, {_n(fs.formatted, 'tensor')} in another format than default, "
                f"{_n(fs.conversions, 'conversion')} ({_fmt_bytes(fs.conversion_bytes)} per step), "

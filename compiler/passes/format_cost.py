@@ -111,7 +111,7 @@ def estimate(order, info, fmts, table):
 def choose(target, lay_out, candidates=CANDIDATES):
     """-> (chosen layout, {policy: predicted seconds}). `lay_out(policy)` lays the model
     out under a policy (passes/layout.run); `candidates`: the policies weighed (default
-    first)."""
+    first). Launch-by-launch plans only: layout.run says why sink plans do without."""
     table = load(target)
     default = lay_out("default")
     if table is None:
