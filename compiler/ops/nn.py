@@ -363,12 +363,17 @@ MAX_DEPTHWISE_TAPS = 64  # kernel taps (3x3: 9, ConvNeXt's 7x7: 49, a conformer'
 
 
 @contextlib.contextmanager
-def depthwise_taps(on):
-    token = _DEPTHWISE_TAPS.set(bool(on))
+def _setting(var, value):
+    """`var` holds `value` inside the block (the lowering's per-kernel settings)."""
+    token = var.set(value)
     try:
         yield
     finally:
-        _DEPTHWISE_TAPS.reset(token)
+        var.reset(token)
+
+
+def depthwise_taps(on):
+    return _setting(_DEPTHWISE_TAPS, bool(on))
 
 
 def _is_depthwise(node, x, w, k, channels_last):
@@ -415,13 +420,8 @@ def _depthwise_taps(x, w, s, d, pads, k, channels_last, sio):
 _CONV_BANDS = contextvars.ContextVar("conv_bands", default={})
 
 
-@contextlib.contextmanager
 def conv_bands(bands):
-    token = _CONV_BANDS.set(dict(bands))
-    try:
-        yield
-    finally:
-        _CONV_BANDS.reset(token)
+    return _setting(_CONV_BANDS, dict(bands))
 
 
 def _in_bands(conv, x, k, s, d, pads, axis, bands):
