@@ -15,6 +15,7 @@ which needs each pair of results to have the same dtype and shape.
 """
 
 import jax.numpy as jnp
+import numpy as np
 
 from compiler.ops.registry import fail, fmt, register
 
@@ -26,8 +27,6 @@ def branches(node):
 
 
 def _check_cond(node, c):
-    import numpy as np
-
     if c.dtype != "bool" or int(np.prod(c.shape, dtype=np.int64)) != 1:
         fail(node, f"the condition {fmt(c)} must be a bool tensor of one element")
 

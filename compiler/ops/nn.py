@@ -390,7 +390,7 @@ def _depthwise_taps(x, w, s, d, pads, k, channels_last, sio):
     XLA fuses and vectorizes over the channels. XLA's CPU convolution with
     feature_group_count = C runs a generic loop instead; measured on MobileNet-v2's
     3x3 layers (NHWC, batch 1, 2 cores): 15-21x faster, e.g. 112x112x32 8.47 -> 0.40 ms
-    (docs/design.md, "Depthwise convolutions"). The products are summed in tap order,
+    (docs/design.md, "Depthwise convolutions as taps"). The products are summed in tap order,
     not XLA's: float rounding apart, the same numbers. float32 only (a half-precision
     sum of taps would round at each one)."""
     nd = len(k)

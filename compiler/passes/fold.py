@@ -120,9 +120,8 @@ def _without_dead_branches(graph, fold_constants):
         return seen
 
     live = reach(graph.outputs, True)
-    others = [o for n in graph.nodes if n.name not in reach([d for _, v in chosen.values() for d in v], False)
-              for o in n.outputs]  # nodes outside every dropped branch (dangling ones too)
-    live |= reach(others, True)
+    feed_dropped = reach([d for _, dropped in chosen.values() for d in dropped], False)
+    live |= reach([o for n in graph.nodes if n.name not in feed_dropped for o in n.outputs], True)  # dangling too
     nodes = []
     for n in graph.nodes:
         if n.name in chosen and n.name in live:

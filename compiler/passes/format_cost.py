@@ -108,20 +108,20 @@ def estimate(order, info, fmts, table):
     return total
 
 
-def choose(target, lay_out, candidates=CANDIDATES):
+def choose(target, lay_out):
     """-> (chosen layout, {policy: predicted seconds}). `lay_out(policy)` lays the model
-    out under a policy (passes/layout.run); `candidates`: the policies weighed (default
-    first). Launch-by-launch plans only: layout.run says why sink plans do without."""
+    out under a policy (passes/layout.run). Launch-by-launch plans only: layout.run
+    says why sink plans do without."""
     table = load(target)
     default = lay_out("default")
     if table is None:
         return default, {}
     est, lays = {}, {}
-    for pol in candidates:
+    for pol in CANDIDATES:
         lay = default if pol == "default" else lay_out(pol)
         lays[pol] = lay
         est[pol] = estimate(lay.order, lay.info, lay.formats, table)
-    best = min(candidates, key=lambda p: (est[p], candidates.index(p)))
+    best = min(CANDIDATES, key=lambda p: (est[p], CANDIDATES.index(p)))
     if best != "default" and not est[best] < est["default"] * (1 - MARGIN):
         best = "default"
     return lays[best], est
