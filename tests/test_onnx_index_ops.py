@@ -143,3 +143,22 @@ def test_grid_sample_matches_onnxruntime(opset):
     g[0, 0, :, 0] = (2 * np.arange(6) + 1) / 7 - 1  # pixel centres (align_corners=0)
     _check(m, {"x": R.standard_normal((2, 3, 5, 7)).astype(np.float32), "g": g}, modes=("sink",), rtol=1e-5,
            atol=1e-5)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_hardmax_of_an_empty_tensor_is_empty(axis):
+    """A zero-length axis has no maximum to mark: the result is the (empty) zeros, both
+    folded from a constant and at run time (the fuzzer found argmax raising here)."""
+    from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+    from conftest import compile_and_load
+
+    g = Graph("t", (TensorInfo("x", "float32", (0, 3)),), ("y", "z", "w"),
+              (Node("h", "hardmax", ("x",), ("y",), freeze({"axis": axis})),
+               Node("c", "hardmax", ("e",), ("z",), freeze({"axis": axis})),
+               Node("s", "add", ("one", "one"), ("w",))),
+              (Constant("e", "int64", (3, 0), np.zeros((3, 0), np.int64)),
+               Constant("one", "float32", (2,), np.ones(2, np.float32))))
+    _, sess = compile_and_load(g)
+    out = sess.run({"x": np.zeros((0, 3), np.float32)})
+    assert out["y"].shape == (0, 3) and out["z"].shape == (3, 0) and out["z"].dtype == np.int64
+    np.testing.assert_array_equal(out["w"], [2, 2])

@@ -234,6 +234,8 @@ def _hardmax(node, x):
     axis = node.attr("axis", -1) % x.ndim
     y = x.reshape(int(np.prod(x.shape[:axis])), -1) if node.attr("legacy_flatten", 0) else x
     a = 1 if node.attr("legacy_flatten", 0) else axis
+    if y.size == 0:  # nothing to mark (argmax has no answer on an empty axis)
+        return (jnp.zeros(x.shape, x.dtype),)
     hit = jnp.argmax(y, axis=a, keepdims=True) == jax.lax.broadcasted_iota(jnp.int32, y.shape, a)
     return (hit.astype(x.dtype).reshape(x.shape),)
 
