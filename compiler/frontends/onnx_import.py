@@ -321,6 +321,11 @@ def _cast(c):
     c.emit("cast", c.inputs, c.single_output(), to=elem_dtype(to, f"node {c.name!r} (Cast) attribute 'to'"))
 
 
+def _cast_like(c):
+    c.drop("saturate", "round_mode")
+    c.emit("cast_like", c.inputs, c.single_output())
+
+
 def _constant_of_shape(c):
     a = {}
     if "value" in c.attrs:
@@ -513,7 +518,7 @@ CONVERTERS = {
     "Clip": _clip, "Sigmoid": _simple("sigmoid"), "Tanh": _simple("tanh"), "Erf": _simple("erf"),
     "Pow": _binary("pow"), "Sqrt": _simple("sqrt"), "Reciprocal": _simple("reciprocal"), "Neg": _simple("neg"),
     "Exp": _simple("exp"), "Log": _simple("log"), "Where": _simple("where"), "Equal": _binary("equal"),
-    "Cast": _cast, "Gather": _simple("gather", ("axis",)), "Slice": _slice, "Split": _split,
+    "Cast": _cast, "CastLike": _cast_like, "Gather": _simple("gather", ("axis",)), "Slice": _slice, "Split": _split,
     "Squeeze": _attr_or_input("squeeze", "axes", 13), "Unsqueeze": _attr_or_input("unsqueeze", "axes", 13),
     "Expand": _simple("expand"), "ReduceMean": _reduce("reduce_mean", 18), "ReduceSum": _reduce("reduce_sum", 13),
     "LayerNormalization": _layernorm, "Pad": _pad, "HardSigmoid": _simple("hard_sigmoid", ("alpha", "beta")),
@@ -557,7 +562,7 @@ CONVERTERS = {
     "DepthToSpace": _simple("depth_to_space", ("blocksize", "mode")),
     "SpaceToDepth": _simple("space_to_depth", ("blocksize", "mode")),
 }
-SUPPORTED_OPS = tuple(sorted(list(CONVERTERS) + ["Constant", "If"]))  # Constant, If: in _convert_nodes
+SUPPORTED_OPS = tuple(sorted(list(CONVERTERS) + ["Constant", "If", "Loop", "Scan"]))  # these four: _convert_nodes
 
 
 class _Out:
@@ -800,8 +805,8 @@ def _convert_nodes(nodes, out, opset, used_names, scope, prefix, top):
             dt, arr = _constant_node(node, nname)
             out.constants.append(Constant(node.output[0], dt, tuple(arr.shape), np.asarray(arr, order="C")))
             continue
-        if node.op_type == "If":
-            _if(node, nname, out, opset, used_names, scope, top)
+        if node.op_type in _CONTROL:
+            _CONTROL[node.op_type](node, nname, out, opset, used_names, scope, top)
             continue
         conv = CONVERTERS.get(node.op_type)
         if conv is None:
@@ -849,8 +854,120 @@ def _if(node, nname, out, opset, used_names, scope, top):
         _initializers(b, out, inner)
         _convert_nodes(b.node, out, opset, used_names, inner, f"{nname}:{tag}:", top)
         results.append([inner.get(o.name, o.name) for o in b.output])
-    outputs = tuple(o or f"{nname}:unused_output_{i}" for i, o in enumerate(node.output))
-    out.nodes.append(Node(nname, "if", (node.input[0], *results[0], *results[1]), outputs, freeze({})))
+    out.nodes.append(Node(nname, "if", (node.input[0], *results[0], *results[1]), _outputs(node, nname), freeze({})))
+
+
+def _body(node, key, nname, out, opset, used_names, scope, top):
+    """A Loop's or Scan's body inlined: its own values (inputs, initializers, node
+    outputs) renamed `NODE:body:NAME` -> (its input names, its output names), renamed."""
+    where = f"node {nname!r} ({node.op_type})"
+    graphs = dict(_subgraphs(node))
+    if key not in graphs:
+        raise ModelError(f"{where}: attribute {key!r} (a graph) is missing")
+    b = graphs[key]
+    for vi in b.input:
+        if not vi.name:
+            raise ModelError(f"{where}: the body has an input with no name")
+    own = [vi.name for vi in b.input] + [t.name for t in b.initializer] + \
+        [sp.values.name for sp in b.sparse_initializer] + [o for n in b.node for o in n.output if o]
+    inner = dict(scope) | {x: f"{nname}:body:{x}" for x in own}
+    out.consumed |= set(_read_names(b.node, inner)) | {inner.get(o.name, o.name) for o in b.output}
+    _initializers(b, out, inner)
+    _convert_nodes(b.node, out, opset, used_names, inner, f"{nname}:body:", top)
+    return [inner[vi.name] for vi in b.input], [inner.get(o.name, o.name) for o in b.output]
+
+
+def _outputs(node, nname):
+    return tuple(o or f"{nname}:unused_output_{i}" for i, o in enumerate(node.output))
+
+
+def _loop(node, nname, out, opset, used_names, scope, top):
+    """ONNX Loop: loop_enter, the body's nodes, loop_exit (ops/control.py); the fold pass
+    unrolls it once the trip count is known (passes/unroll.py)."""
+    where = f"node {nname!r} (Loop)"
+    for a in node.attribute:
+        if a.name != "body":
+            raise ModelError(f"{where}: attribute {a.name!r} is not supported")
+    if len(node.input) < 2:
+        raise ModelError(f"{where}: takes at least 2 inputs (M, cond; either may be \"\"), got {len(node.input)}")
+    m, cond, init = node.input[0], node.input[1], list(node.input[2:])
+    if not all(init):
+        raise ModelError(f"{where}: a loop-carried input is empty (\"\"): not supported")
+    params, results = _body(node, "body", nname, out, opset, used_names, scope, top)
+    if len(params) != 2 + len(init):
+        raise ModelError(f"{where}: the body takes {len(params)} inputs; it must take 2 (iteration number, "
+                         f"condition) + the {len(init)} loop-carried values")
+    if len(results) < 1 + len(init):
+        raise ModelError(f"{where}: the body has {len(results)} outputs; it must have 1 (condition) + the "
+                         f"{len(init)} loop-carried values + any scan outputs")
+    if len(node.output) != len(results) - 1:
+        raise ModelError(f"{where}: has {len(node.output)} outputs; its body gives {len(init)} loop-carried values "
+                         f"and {len(results) - 1 - len(init)} scan outputs")
+    enter_ins = [x for x in (m, cond) if x] + init
+    out.nodes.append(Node(nname, "loop_enter", tuple(enter_ins), tuple(params),
+                          freeze({"trip_count": bool(m), "cond": bool(cond)})))
+    out.nodes.append(Node(f"{nname}:exit", "loop_exit", tuple(results), _outputs(node, nname),
+                          freeze({"enter": nname, "kind": "loop", "n_carried": len(init)})))
+
+
+def _scan(node, nname, out, opset, used_names, scope, top):
+    """ONNX Scan: scan_enter, the body's nodes, loop_exit (ops/control.py,
+    passes/unroll.py). Scan-8 (a batch axis first, the scan axis second, and a
+    `sequence_lens` input, which must be omitted) is a Scan over the batch whose body is
+    the Scan-9 form over each batch element."""
+    where = f"node {nname!r} (Scan)"
+    onnx = _onnx()
+    old = onnx.defs.get_schema("Scan", opset, "").since_version < 9
+    names = ("body", "num_scan_inputs") + (("directions",) if old else (
+        "scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions"))
+    attrs = {a.name: a for a in node.attribute}
+    for a in attrs:
+        if a not in names:
+            raise ModelError(f"{where}: attribute {a!r} is not supported")
+    if "num_scan_inputs" not in attrs:
+        raise ModelError(f"{where}: attribute 'num_scan_inputs' is required")
+    inputs = list(node.input)
+    if old:
+        if inputs and inputs[0]:
+            raise ModelError(f"{where}: input 'sequence_lens' ({inputs[0]!r}) is not supported (Scan-8); every "
+                             f"sequence must run the whole length")
+        inputs = inputs[1:]
+    k = int(attrs["num_scan_inputs"].i)
+    if not 1 <= k <= len(inputs) or not all(inputs):
+        raise ModelError(f"{where}: num_scan_inputs {k} must be in [1, {len(inputs)}] (the node's inputs, none "
+                         f"empty)")
+    n = len(inputs) - k
+    params, results = _body(node, "body", nname, out, opset, used_names, scope, top)
+    if len(params) != len(inputs):
+        raise ModelError(f"{where}: the body takes {len(params)} inputs; it must take the node's {len(inputs)}")
+    if len(results) < n or len(node.output) != len(results):
+        raise ModelError(f"{where}: has {len(node.output)} outputs and its body {len(results)}; both must be the "
+                         f"{n} states + the scan outputs")
+    ints = {a: list(attrs[a].ints) for a in names[2:] if a in attrs}
+    if old:
+        ints = {"scan_input_directions": ints.get("directions", [0] * k)}
+    m, outputs = len(results) - n, _outputs(node, nname)
+    if old:  # the outer Scan over the batch: every input a scan input, every output stacked
+        batch = f"{nname}:batch"
+        used_names.add(batch)
+        out.nodes.append(Node(batch, "scan_enter", tuple(inputs), tuple(f"{batch}:{v}" for v in inputs),
+                              freeze({"n_carried": 0, "axes": [0] * len(inputs), "directions": [0] * len(inputs)})))
+        inputs, outer_outputs = [f"{batch}:{v}" for v in inputs], outputs
+        outputs = tuple(f"{batch}:{o}" for o in outputs)
+    out.nodes.append(Node(nname, "scan_enter", tuple(inputs), tuple(params),
+                          freeze({"n_carried": n, "axes": ints.get("scan_input_axes", [0] * k),
+                                  "directions": ints.get("scan_input_directions", [0] * k)})))
+    out.nodes.append(Node(f"{nname}:exit", "loop_exit", tuple(results), outputs,
+                          freeze({"enter": nname, "kind": "scan", "n_carried": n,
+                                  "axes": ints.get("scan_output_axes", [0] * m),
+                                  "directions": ints.get("scan_output_directions", [0] * m)})))
+    if old:
+        out.nodes.append(Node(f"{batch}:exit", "loop_exit", outputs, outer_outputs,
+                              freeze({"enter": batch, "kind": "scan", "n_carried": 0, "axes": [0] * len(outputs),
+                                      "directions": [0] * len(outputs)})))
+
+
+_CONTROL = {"If": _if, "Loop": _loop, "Scan": _scan}
 
 
 def _unsupported_others(g, first):

@@ -130,6 +130,9 @@ def _nd_params(node, data, idx):
     if not 1 <= k <= len(data.shape) - b:
         fail(node, f"the last dimension of indices {fmt(idx)} must be in [1, {len(data.shape) - b}] "
                    f"(data {fmt(data)}, batch_dims {b})")
+    if 0 in data.shape[b:b + k] and math.prod(idx.shape[:-1]):
+        fail(node, f"cannot index the empty axis {b + data.shape[b:b + k].index(0)} of {fmt(data)} with indices "
+                   f"{fmt(idx)}")
     return b, k
 
 
@@ -145,6 +148,9 @@ def _nd_index(idx, shape, fix):
 
 def _gather_nd(node, data, idx):
     b, k = node.attr("batch_dims", 0), idx.shape[-1]
+    shape = data.shape[:b] + idx.shape[b:-1] + data.shape[b + k:]
+    if not math.prod(shape):  # (indexing an empty axis raises, even with no indices)
+        return (jnp.zeros(shape, data.dtype),)
 
     def one(d, i):
         return d[_nd_index(i, d.shape, _for_gather)]
@@ -152,7 +158,7 @@ def _gather_nd(node, data, idx):
         return (one(data, idx),)
     nb = math.prod(data.shape[:b])
     out = jax.vmap(one)(data.reshape((nb,) + data.shape[b:]), idx.reshape((nb,) + idx.shape[b:]))
-    return (out.reshape(data.shape[:b] + idx.shape[b:-1] + data.shape[b + k:]),)
+    return (out.reshape(shape),)
 
 
 register("gather_nd", (2, 2), ("batch_dims",))((_gather_nd_infer, _gather_nd))
@@ -171,6 +177,8 @@ def _scatter_nd_infer(node, ins):
 
 
 def _scatter_nd(node, data, idx, updates):
+    if not (data.size and math.prod(idx.shape[:-1])):  # nothing to write (indexing an empty axis raises)
+        return (data,)
     return (_scatter(data.at[_nd_index(idx, data.shape, _for_scatter)], node.attr("reduction", "none"), updates),)
 
 

@@ -9,6 +9,7 @@ when constant folding evaluates a lowering with 64-bit types enabled: the loweri
 below stay generic over the integer width.
 """
 
+import dataclasses
 import math
 
 import jax
@@ -18,6 +19,7 @@ import numpy as np
 from jax import lax
 
 from aotplan import dtypes
+from aotplan.graph import freeze
 from compiler.ops.registry import (
     broadcast_shape, fail, flag_attr, float_attr, fmt, int_attr, int_list, norm_axis, register, require_float, same_dtype,
 )
@@ -203,6 +205,21 @@ def _cast(node, x):
 
 
 register("cast", (1, 1), ("to",))((_cast_infer, _cast))
+
+
+def as_cast(node, target):
+    """A cast_like (ONNX CastLike: x cast to the dtype of a second input) as the cast it
+    is once that dtype is known (the fold pass rewrites it so)."""
+    return dataclasses.replace(node, op="cast", inputs=node.inputs[:1], attrs=freeze({"to": target.dtype}))
+
+
+def _cast_like(node, x, like):
+    if like.dtype == jnp.bool_:
+        return (x != jnp.zeros((), x.dtype),)
+    return (x.astype(like.dtype),)
+
+
+register("cast_like", (2, 2))((lambda node, ins: [(ins[1].dtype, ins[0].shape)], _cast_like))
 
 
 # ---------------------------------------------------------------- clip

@@ -25,8 +25,9 @@ from aotplan import dtypes
 from aotplan.errors import LimitError, ModelError, ShapeError
 from aotplan.graph import Constant, TensorInfo, freeze
 from compiler import ops
+from compiler.ops import math_ops
 from compiler.passes import infer as infer_pass
-from compiler.passes import schedule
+from compiler.passes import schedule, unroll
 
 FOLD_MIN_BYTES = 64 * 1024  # a folded result up to this size is always fine to store
 FOLD_MAX_BYTES = 256 * 1024 * 1024  # the most a node that decides a shape may produce
@@ -41,12 +42,24 @@ class FoldStats:
 def run(graph, fold_constants=True):
     if any(n.op == "if" for n in graph.nodes):
         graph = _without_dead_branches(graph, fold_constants)
+    if any(n.op in unroll.ENTERS for n in graph.nodes):
+        graph = unroll.run(graph, lambda g: _lenient(g, fold_constants))
+        if any(n.op == "if" for n in graph.nodes):
+            graph = _without_dead_branches(graph, fold_constants)
     kept, consts, bound, folded = _walk(graph, fold_constants)
     g = dataclasses.replace(graph, nodes=tuple(kept), constants=tuple(consts.values()))
     return g, FoldStats(bound, folded)
 
 
-def _walk(graph, fold_constants, poisoned=None, chosen=None):
+def _lenient(graph, fold_constants):
+    """(tensor types, constants) from a fold in which a failing node only poisons what
+    reads it (passes/unroll.py reads the first iteration's types from it)."""
+    info = {}
+    _, consts, _, _ = _walk(graph, fold_constants, poisoned={}, info=info)
+    return info, consts
+
+
+def _walk(graph, fold_constants, poisoned=None, chosen=None, info=None):
     """The fold proper -> (kept nodes, constants, bound, folded). `poisoned`: None, or
     a dict in which a node whose rule or evaluation fails maps its outputs to the
     error, its consumers' too, instead of raising (`_without_dead_branches`).
@@ -54,7 +67,8 @@ def _walk(graph, fold_constants, poisoned=None, chosen=None):
     it resolved."""
     order = schedule.run(graph)
     consts = {c.name: c for c in graph.constants}
-    info = {t.name: t for t in graph.inputs}
+    info = {} if info is None else info
+    info.update({t.name: t for t in graph.inputs})
     info.update({c.name: c.info for c in graph.constants})
     needed = _static_closure(graph, order)
     kept, bound, folded = [], 0, 0
@@ -66,6 +80,8 @@ def _walk(graph, fold_constants, poisoned=None, chosen=None):
                 continue
         try:
             op = ops.get(node.op)
+            if node.op == "cast_like":  # a cast, now that the dtype to cast to is known
+                node, op = math_ops.as_cast(node, info[node.inputs[1]]), ops.get("cast")
             node, nb = _bind(node, op, consts)
             outs = infer_pass.infer_node(node, op, [info[i] for i in node.inputs])
             if node.op == "gather" and node.inputs[1] in consts:
@@ -192,7 +208,7 @@ def static_graph_inputs(graph):
     made_by = {o: n for n in graph.nodes for o in n.outputs}
     inputs = {t.name for t in graph.inputs}
     want = [n.inputs[p] for n in graph.nodes for p, _ in ops.get(n.op).static_inputs
-            if p < len(n.inputs) and n.inputs[p]]
+            if p < len(n.inputs) and n.inputs[p]] + _trip_counts(graph.nodes)
     seen, found = set(), set()
     while want:
         t = want.pop()
@@ -225,12 +241,17 @@ def freeze_inputs(graph, values):
                                constants=graph.constants + tuple(consts))
 
 
+def _trip_counts(nodes):
+    """The trip counts of the loops (passes/unroll.py: a loop is unrolled at compile time)."""
+    return [n.inputs[0] for n in nodes if n.op == "loop_enter" and n.attr("trip_count", False)]
+
+
 def _static_closure(graph, order):
     """Names of the nodes whose values some static input, or an `if`'s condition (it
     decides which branch's shapes count), needs."""
     made_by = {o: n for n in order for o in n.outputs}
     want = [n.inputs[p] for n in order for p, _ in ops.get(n.op).static_inputs if p < len(n.inputs) and n.inputs[p]]
-    want += [n.inputs[0] for n in order if n.op == "if"]
+    want += [n.inputs[0] for n in order if n.op == "if"] + _trip_counts(order)
     needed = set()
     while want:
         t = want.pop()

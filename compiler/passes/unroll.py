@@ -1,0 +1,270 @@
+"""unroll: ONNX Loop and Scan, written out iteration by iteration.
+
+A plan is one static program with static shapes, so a loop runs a number of times
+known at compile time: a Scan as many times as its scan inputs are long, a Loop its
+trip count `M` (a constant, a frozen input, or folded from them). The importer writes
+each loop as its body's nodes between a `loop_enter`/`scan_enter` and a `loop_exit`
+marker (ops/control.py); this pass replaces them by one copy of the body per iteration
+(nodes and values renamed `NAME#k`), the loop-carried values chained from one copy to
+the next, each Scan input's slice a `gather` and each scan output a `concat` of the
+iterations' values. Body nodes that read no parameter (loop-invariant) stay as they
+are, run once.
+
+A Loop's condition: where the body passes its condition input through (or computes a
+constant) and the initial condition is a constant, the number of iterations is known
+and the loop is unrolled plainly. Otherwise the loop runs `M` copies and each copy's
+loop-carried results are kept only while the condition has held, selected on the
+device (`where`): ONNX's "stop when cond is false", with the same results. That needs
+the carried values to keep their dtype and shape, and no scan outputs (their length
+would depend on the condition). A Loop without a trip count (a `while` loop) is refused.
+
+The pass works from a lenient first fold (passes/fold.py) that gives the types of the
+first iteration and the constants; loops nested in a body are copied with it and
+unrolled in the next round.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from aotplan import dtypes
+from aotplan.errors import LimitError, ModelError
+from aotplan.graph import Constant, Node, freeze
+from compiler.ops import control
+
+ENTERS = ("loop_enter", "scan_enter")
+MAX_COPIES = 200_000  # body nodes written out over all iterations of one loop
+MAX_ROUNDS = 64  # nesting depth
+
+
+def run(graph, lenient_fold):
+    """The graph with every loop unrolled. `lenient_fold(graph)` -> (info, consts): the
+    tensor types and constants a lenient fold found (a failing node poisons only what
+    reads it)."""
+    for _ in range(MAX_ROUNDS):
+        enters = [n for n in graph.nodes if n.op in ENTERS]
+        if not enters:
+            return graph
+        info, consts = lenient_fold(graph)
+        graph, progressed = _round(graph, enters, info, consts)
+        if not progressed:  # a loop whose inputs failed to infer: the strict fold reports that failure
+            return graph
+    raise LimitError(f"loops nested more than {MAX_ROUNDS} deep")
+
+
+def _where(node):
+    return f"node {node.name!r} ({'Scan' if node.op == 'scan_enter' else 'Loop'})"
+
+
+def _round(graph, enters, info, consts):
+    exits = {n.attr("enter"): n for n in graph.nodes if n.op == "loop_exit"}
+    readers = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            readers.setdefault(i, []).append(n)
+    by_name = {n.name: n for n in graph.nodes}
+    bodies = {}
+    for e in enters:
+        if e.name not in exits:
+            raise ModelError(f"{_where(e)}: no loop_exit names it as its 'enter'")
+        bodies[e.name] = _body(e, exits, readers, by_name)
+    inner = set().union(*bodies.values())
+    outermost = [e for e in enters if e.name not in inner and all(i in info for i in e.inputs)]
+    if not outermost:
+        return graph, False
+    order = {n.name: k for k, n in enumerate(graph.nodes)}
+    replaced, new_consts = {}, {}
+    for e in outermost:
+        x = exits[e.name]
+        body = sorted((by_name[b] for b in bodies[e.name]), key=lambda n: order[n.name])
+        replaced[x.name] = _unroll(e, x, body, info, consts, new_consts)
+        replaced.update((b.name, ()) for b in body)
+        replaced[e.name] = ()
+    nodes = []
+    for n in graph.nodes:
+        nodes.extend(replaced.get(n.name, (n,)))
+    return dataclasses.replace(graph, nodes=tuple(nodes),
+                               constants=graph.constants + tuple(new_consts.values())), True
+
+
+def _body(enter, exits, readers, by_name):
+    """Names of the nodes that run once per iteration: those reading the parameters,
+    directly or not, up to the loop's exit; with a nested loop's enter and exit
+    together (a nested exit in the body brings its enter, which may read no parameter)."""
+    stop = exits[enter.name].name
+    body, want = set(), [o for o in enter.outputs if o]
+    while want:
+        for r in readers.get(want.pop(), ()):
+            if r.name == stop or r.name in body:
+                continue
+            body.add(r.name)
+            want.extend(o for o in r.outputs if o)
+            if r.op == "loop_exit" and r.attr("enter") in by_name:
+                mate = by_name[r.attr("enter")]
+            elif r.op in ENTERS and r.name in exits:
+                mate = exits[r.name]
+            else:
+                continue
+            if mate.name not in body and mate.name != stop:
+                body.add(mate.name)
+                want.extend(o for o in mate.outputs if o)
+    return body
+
+
+def _const(new_consts, name, value, dtype):
+    if name not in new_consts:
+        new_consts[name] = Constant(name, dtype, tuple(np.shape(value)), np.asarray(value, dtype))
+    return name
+
+
+def _unroll(enter, exit_, body, info, consts, new_consts):
+    """The nodes that replace `exit_`: every iteration's copy of `body`, then the final
+    values under the exit's output names."""
+    where = _where(enter)
+    body_values = {o for b in body for o in b.outputs if o}
+    if enter.op == "scan_enter":
+        n_state, scans, length = control.scan_params(enter, [info[i] for i in enter.inputs])
+        init, n_iter, masked = list(enter.inputs[:n_state]), length, None
+        results = list(exit_.inputs)
+        outs_axes = list(exit_.attr("axes", None) or [0] * (len(results) - n_state))
+        outs_dirs = list(exit_.attr("directions", None) or [0] * (len(results) - n_state))
+        if len(outs_axes) != len(results) - n_state or len(outs_dirs) != len(results) - n_state:
+            raise ModelError(f"{where}: {len(results) - n_state} scan outputs, {len(outs_axes)} scan_output_axes and "
+                             f"{len(outs_dirs)} scan_output_directions")
+        carried_out, scan_out = results[:n_state], results[n_state:]
+        cond_out = None
+    else:
+        ins = list(enter.inputs)
+        if not enter.attr("trip_count", False):
+            raise ModelError(f"{where}: a Loop without a trip count (M), a while loop, is not supported: a plan "
+                             f"unrolls each loop at compile time")
+        m = ins.pop(0)
+        if m not in consts:
+            raise ModelError(f"{where}: the trip count {m!r} is known only at run time; a plan unrolls each loop at "
+                             f"compile time (freeze the graph inputs it depends on with --freeze-input NAME=FILE.npy)")
+        n_iter = max(0, int(np.asarray(consts[m].data).reshape(())))
+        cond0 = ins.pop(0) if enter.attr("cond", False) else None
+        init, n_state = ins, len(ins)
+        cond_out, carried_out = exit_.inputs[0], list(exit_.inputs[1:1 + n_state])
+        scan_out = list(exit_.inputs[1 + n_state:])
+        outs_axes, outs_dirs = [0] * len(scan_out), [0] * len(scan_out)
+        n_iter, masked = _loop_count(enter, cond0, cond_out, n_iter, body, consts, bool(scan_out))
+    if len(exit_.outputs) != n_state + len(scan_out):
+        raise ModelError(f"{where}: {len(exit_.outputs)} outputs for {n_state} loop-carried values and "
+                         f"{len(scan_out)} scan outputs")
+    if n_iter * len(body) > MAX_COPIES:
+        raise LimitError(f"{where}: unrolling {n_iter} iterations of a {len(body)}-node body would write "
+                         f"{n_iter * len(body)} nodes (at most {MAX_COPIES})")
+    if masked is not None:
+        for v0, v1 in zip(init, carried_out):
+            a, b = info.get(v0), info.get(v1)
+            if a is not None and b is not None and (a.dtype, a.shape) != (b.dtype, b.shape):
+                raise ModelError(f"{where}: the loop-carried value {v1!r} is {b.dtype}{list(b.shape)} after an "
+                                 f"iteration and {a.dtype}{list(a.shape)} before, and the loop's condition is known "
+                                 f"only at run time: the results need one shape")
+    nodes, carried, stacked = [], list(init), [[] for _ in scan_out]
+    active = masked  # None: every iteration runs; True or a bool value's name: this one runs while it holds
+    for k in range(n_iter):
+        sub = {}
+        params = list(enter.outputs)
+        if enter.op == "loop_enter":
+            it, cond_in = params[:2]
+            params = params[2:]
+            if it:
+                sub[it] = _const(new_consts, f"{enter.name}:i{k}", k, "int64")
+            if cond_in:
+                sub[cond_in] = _const(new_consts, f"{enter.name}:true", True, "bool") if active in (None, True) \
+                    else active
+        else:
+            for s, x, (axis, rev) in zip(params[n_state:], enter.inputs[n_state:], scans):
+                if s:
+                    j = _const(new_consts, f"{enter.name}:i{length - 1 - k if rev else k}",
+                               length - 1 - k if rev else k, "int64")
+                    nodes.append(Node(f"{enter.name}:slice#{k}:{s}", "gather", (x, j), (f"{s}#{k}",),
+                                      freeze({"axis": axis})))
+                    sub[s] = f"{s}#{k}"
+            params = params[:n_state]
+        sub.update((p, v) for p, v in zip(params, carried) if p)
+
+        def rn(v, k=k, sub=sub):
+            return sub[v] if v in sub else f"{v}#{k}" if v in body_values else v
+        for b in body:
+            attrs = b.attrs
+            if b.op == "loop_exit" and any(b.attr("enter") == e.name for e in body):
+                attrs = freeze(dict(b.attrs) | {"enter": f"{b.attr('enter')}#{k}"})
+            nodes.append(dataclasses.replace(b, name=f"{b.name}#{k}", inputs=tuple(rn(i) if i else i for i in b.inputs),
+                                             outputs=tuple(f"{o}#{k}" if o else o for o in b.outputs), attrs=attrs))
+        new = [rn(v) for v in carried_out]
+        if active not in (None, True):
+            new = [_select(nodes, f"{exit_.name}:keep#{k}:{i}", active, v, old)
+                   for i, (v, old) in enumerate(zip(new, carried))]
+        carried = new
+        for s, v in zip(stacked, scan_out):
+            s.append(rn(v))
+        if active is not None:
+            c = _scalar(nodes, f"{exit_.name}:cond#{k}", rn(cond_out), info.get(cond_out))
+            active = c if active is True else _node(nodes, f"{exit_.name}:active#{k}", "and", (active, c))
+    for i, (v, o) in enumerate(zip(carried, exit_.outputs[:n_state])):
+        nodes.append(Node(f"{exit_.name}:{i}", "identity", (v,), (o,), freeze({})))
+    for i, (vals, o, v, axis, rev) in enumerate(zip(stacked, exit_.outputs[n_state:], scan_out, outs_axes, outs_dirs)):
+        if not vals:
+            t = info.get(v)
+            if t is None:
+                raise ModelError(f"{where}: runs no iteration, and the type of its scan output {o!r} is unknown")
+            r = len(t.shape) + 1
+            if not -r <= axis < r:
+                raise ModelError(f"{where}: scan output axis {axis} is out of range for rank {r}")
+            shape = list(t.shape)
+            shape.insert(axis % r, 0)
+            c = Constant(f"{exit_.name}:empty{i}", t.dtype, tuple(shape), np.zeros(shape, dtypes.np_dtype(t.dtype)))
+            new_consts[c.name] = c
+            nodes.append(Node(f"{exit_.name}:s{i}", "identity", (c.name,), (o,), freeze({})))
+            continue
+        ups = [_node(nodes, f"{exit_.name}:u{i}#{k}", "unsqueeze", (x,), axes=[axis]) for k, x in enumerate(vals)]
+        nodes.append(Node(f"{exit_.name}:s{i}", "concat", tuple(ups[::-1] if rev else ups), (o,),
+                          freeze({"axis": axis})))
+    return tuple(nodes)
+
+
+def _loop_count(enter, cond0, cond_out, n_iter, body, consts, has_scan_outputs):
+    """-> (iterations to write, None or True or the initial condition's name): None when
+    the count is known, else the condition that the first iteration runs under."""
+    made_by = {o: b for b in body for o in b.outputs}
+    c = cond_out
+    while c in made_by and made_by[c].op == "identity":
+        c = made_by[c].inputs[0]
+    start = True if cond0 is None else _bool(consts[cond0]) if cond0 in consts else cond0
+    if start is False:
+        return 0, None
+    if c in consts and start is True:
+        return (n_iter if _bool(consts[c]) else min(n_iter, 1)), None
+    if c == enter.outputs[1] and start is True:
+        return n_iter, None
+    if has_scan_outputs:
+        raise ModelError(f"{_where(enter)}: its condition is known only at run time, and it has scan outputs, whose "
+                         f"length would depend on it: not supported (a plan has static shapes)")
+    return n_iter, start
+
+
+def _bool(c):
+    a = np.asarray(c.data)
+    if c.dtype != "bool" or a.size != 1:
+        raise ModelError(f"a Loop condition {c.name!r} must be a bool tensor of one element, got "
+                         f"{c.dtype}{list(c.shape)}")
+    return bool(a.reshape(()))
+
+
+def _node(nodes, name, op, inputs, **attrs):
+    nodes.append(Node(name, op, tuple(inputs), (name,), freeze(attrs)))
+    return name
+
+
+def _scalar(nodes, name, v, t):
+    """`v` as a bool scalar (a condition may be any one-element bool tensor)."""
+    if t is not None and t.shape == ():
+        return v
+    return _node(nodes, name, "reshape", (v,), shape=[])
+
+
+def _select(nodes, name, active, new, old):
+    return _node(nodes, name, "where", (active, new, old))
