@@ -146,19 +146,38 @@ def test_grid_sample_matches_onnxruntime(opset):
 
 
 @pytest.mark.parametrize("axis", [0, 1])
-def test_hardmax_of_an_empty_tensor_is_empty(axis):
-    """A zero-length axis has no maximum to mark: the result is the (empty) zeros, both
-    folded from a constant and at run time (the fuzzer found argmax raising here)."""
+def test_index_ops_on_empty_tensors(axis):
+    """Hardmax over a zero-length axis has no maximum to mark, gather_nd and scatter_nd
+    with no index rows into an empty axis read and write nothing: empty results, both
+    folded from constants and at run time (the model fuzzer found argmax and jax's
+    indexing raising here)."""
     from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
     from conftest import compile_and_load
 
-    g = Graph("t", (TensorInfo("x", "float32", (0, 3)),), ("y", "z", "w"),
+    g = Graph("t", (TensorInfo("x", "float32", (0, 3)),), ("y", "z", "w", "g", "s", "gc"),
               (Node("h", "hardmax", ("x",), ("y",), freeze({"axis": axis})),
                Node("c", "hardmax", ("e",), ("z",), freeze({"axis": axis})),
-               Node("s", "add", ("one", "one"), ("w",))),
+               Node("s", "add", ("one", "one"), ("w",)),
+               Node("gn", "gather_nd", ("x", "i"), ("g",)),
+               Node("sn", "scatter_nd", ("x", "i", "u"), ("s",)),
+               Node("gnc", "gather_nd", ("e", "i2"), ("gc",))),
               (Constant("e", "int64", (3, 0), np.zeros((3, 0), np.int64)),
-               Constant("one", "float32", (2,), np.ones(2, np.float32))))
+               Constant("one", "float32", (2,), np.ones(2, np.float32)),
+               Constant("i", "int64", (0, 1), np.zeros((0, 1), np.int64)),
+               Constant("i2", "int64", (0, 2), np.zeros((0, 2), np.int64)),
+               Constant("u", "float32", (0, 3), np.zeros((0, 3), np.float32))))
     _, sess = compile_and_load(g)
     out = sess.run({"x": np.zeros((0, 3), np.float32)})
     assert out["y"].shape == (0, 3) and out["z"].shape == (3, 0) and out["z"].dtype == np.int64
+    assert out["g"].shape == (0, 3) and out["s"].shape == (0, 3) and out["gc"].shape == (0,)
     np.testing.assert_array_equal(out["w"], [2, 2])
+
+
+def test_gather_nd_into_an_empty_axis_is_refused():
+    from aotplan.graph import Constant, Graph, Node, TensorInfo
+    from compiler import pipeline
+
+    g = Graph("t", (TensorInfo("x", "float32", (0, 3)),), ("g",), (Node("gn", "gather_nd", ("x", "i"), ("g",)),),
+              (Constant("i", "int64", (2, 1), np.zeros((2, 1), np.int64)),))
+    with pytest.raises(ShapeError, match=r"'gn' \(gather_nd\): cannot index the empty axis 0 of 'x' float32\[0, 3\]"):
+        pipeline.prepare(g)
