@@ -92,7 +92,7 @@ def test_loop_trip_count_from_a_graph_input_must_be_frozen():
     g = onnx_import.convert(model, name="m")
     assert fold.static_graph_inputs(g) == ["m"]
     with pytest.raises(ModelError, match=r"node 'Loop_0' \(Loop\): the trip count 'm' is known only at run time.*"
-                                         r"--freeze-input"):
+                                         r"\(freeze 'm' with --freeze-input"):
         pipeline.prepare(g)
     v0 = R.standard_normal(3).astype(np.float32)
     want = _ort(model, {"v0": v0, "m": np.array(4, np.int64)})
@@ -205,3 +205,43 @@ def _scan8_with_lens():
 def test_loop_errors(make, err, match):
     with pytest.raises(err, match=match):
         _prepare(make())
+
+
+def _marker_graph(enter_attrs=None, exit_attrs=None, exit_inputs=("c", "v1"), exit_outputs=("y",), enter="L"):
+    """x -> loop_enter(M, x) -> (i, c, v) ; v1 = v + v ; loop_exit -> y, as a model.json may hold it."""
+    from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+
+    nodes = [Node("L", "loop_enter", ("m", "x"), ("i", "c", "v"), freeze(enter_attrs or {"trip_count": True})),
+             Node("a", "add", ("v", "v"), ("v1",))]
+    if exit_attrs is not False:
+        nodes.append(Node("X", "loop_exit", exit_inputs, exit_outputs,
+                          freeze({"enter": enter, "kind": "loop", "n_carried": 1} | (exit_attrs or {}))))
+    return Graph("t", (TensorInfo("x", "float32", (2,)),), ("y",) if exit_attrs is not False else ("v1",),
+                 tuple(nodes), (Constant("m", "int64", (), np.array(3, np.int64)),))
+
+
+def test_loop_markers_written_by_hand():
+    """The markers in a model.json: well formed, they unroll (x * 2**3); malformed, one
+    error names the node and what is wrong."""
+    import executor
+    from compiler import pipeline
+
+    got = executor.Session(pipeline.compile_graph(_marker_graph(), "d").plan, warmup=False).run(
+        {"x": np.array([1, -2], np.float32)})
+    np.testing.assert_array_equal(got["y"], [8, -16])
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(enter="nope"), r"node 'X' \(loop_exit\): attribute 'enter' 'nope' must name a loop_enter or scan_enter"),
+    (dict(exit_attrs=False), r"node 'L' \(loop_enter\): no loop_exit names it as its 'enter'"),
+    (dict(exit_attrs={"kind": "scan"}), r"node 'X' \(loop_exit\): attribute 'kind' 'scan' does not match"),
+    (dict(exit_attrs={"n_carried": 2}), r"node 'X' \(loop_exit\): attribute 'n_carried' 2 does not match 'L'"),
+    (dict(exit_outputs=("y", "z")), r"node 'X' \(loop_exit\): takes 2 inputs and gives 2 outputs"),
+    (dict(enter_attrs={"trip_count": "yes"}), r"node 'L' \(loop_enter\): attribute 'trip_count' must be a bool"),
+    (dict(enter_attrs={"trip_count": False}), r"node 'L' \(loop_enter\): 2 inputs and 3 outputs"),
+])
+def test_malformed_loop_markers(kw, match):
+    from compiler import pipeline
+
+    with pytest.raises(ModelError, match=match):
+        pipeline.prepare(_marker_graph(**kw))

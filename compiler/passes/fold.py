@@ -243,7 +243,8 @@ def freeze_inputs(graph, values):
 
 def _trip_counts(nodes):
     """The trip counts of the loops (passes/unroll.py: a loop is unrolled at compile time)."""
-    return [n.inputs[0] for n in nodes if n.op == "loop_enter" and n.attr("trip_count", False)]
+    return [n.inputs[0] for n in nodes if n.op == "loop_enter" and n.attr("trip_count", False) and n.inputs
+            and n.inputs[0]]
 
 
 def _static_closure(graph, order):

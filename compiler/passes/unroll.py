@@ -41,6 +41,7 @@ def run(graph, lenient_fold):
     """The graph with every loop unrolled. `lenient_fold(graph)` -> (info, consts): the
     tensor types and constants a lenient fold found (a failing node poisons only what
     reads it)."""
+    check(graph)
     for _ in range(MAX_ROUNDS):
         enters = [n for n in graph.nodes if n.op in ENTERS]
         if not enters:
@@ -50,6 +51,72 @@ def run(graph, lenient_fold):
         if not progressed:  # a loop whose inputs failed to infer: the strict fold reports that failure
             return graph
     raise LimitError(f"loops nested more than {MAX_ROUNDS} deep")
+
+
+def _flag(node, key):
+    v = node.attr(key, False)
+    if not isinstance(v, (bool, int)) or v not in (0, 1):
+        raise ModelError(f"node {node.name!r} ({node.op}): attribute {key!r} must be a bool, got {v!r}")
+    return bool(v)
+
+
+def _ints(node, key, n):
+    v = node.attr(key, None)
+    v = [0] * n if v is None else v
+    if not isinstance(v, (list, tuple)) or len(v) != n or not all(type(a) is int for a in v):
+        raise ModelError(f"node {node.name!r} ({node.op}): attribute {key!r} must be a list of {n} integers, "
+                         f"got {v!r}")
+    return list(v)
+
+
+def check(graph):
+    """The loop markers as the importer writes them (a model.json may hold anything):
+    each enter has one exit naming it, of its kind, and the counts agree."""
+    enters = {n.name: n for n in graph.nodes if n.op in ENTERS}
+    for e in enters.values():
+        where = f"node {e.name!r} ({e.op})"
+        if e.op == "loop_enter":
+            carried = len(e.inputs) - _flag(e, "trip_count") - _flag(e, "cond")
+            if carried < 0 or len(e.outputs) != 2 + carried:
+                raise ModelError(f"{where}: {len(e.inputs)} inputs and {len(e.outputs)} outputs; it takes [M], "
+                                 f"[cond] and the loop-carried values, and gives 2 + those")
+        else:
+            n = e.attr("n_carried", 0)
+            if type(n) is not int or not 0 <= n < len(e.inputs) or len(e.outputs) != len(e.inputs):
+                raise ModelError(f"{where}: 'n_carried' {n!r}, {len(e.inputs)} inputs and {len(e.outputs)} outputs; "
+                                 f"it takes the states and at least one scan input, and gives one output per input")
+            _ints(e, "axes", len(e.inputs) - n)
+            _ints(e, "directions", len(e.inputs) - n)
+    exits = {}
+    for n in graph.nodes:
+        if n.op != "loop_exit":
+            continue
+        where = f"node {n.name!r} (loop_exit)"
+        e = enters.get(n.attr("enter")) if isinstance(n.attr("enter"), str) else None
+        if e is None:
+            raise ModelError(f"{where}: attribute 'enter' {n.attr('enter')!r} must name a loop_enter or scan_enter node")
+        if e.name in exits:
+            raise ModelError(f"{where}: loop {e.name!r} already has the exit {exits[e.name].name!r}")
+        exits[e.name] = n
+        kind = "scan" if e.op == "scan_enter" else "loop"
+        if n.attr("kind", kind) != kind:
+            raise ModelError(f"{where}: attribute 'kind' {n.attr('kind')!r} does not match {e.op} {e.name!r} ({kind})")
+        carried = len(e.inputs) - _flag(e, "trip_count") - _flag(e, "cond") if kind == "loop" else \
+            e.attr("n_carried", 0)
+        if n.attr("n_carried", carried) != carried:
+            raise ModelError(f"{where}: attribute 'n_carried' {n.attr('n_carried')!r} does not match {e.name!r}'s "
+                             f"{carried} loop-carried values")
+        results = len(n.inputs) - (kind == "loop")
+        if results < carried or len(n.outputs) != results:
+            raise ModelError(f"{where}: takes {len(n.inputs)} inputs and gives {len(n.outputs)} outputs; "
+                             f"{'a condition, ' if kind == 'loop' else ''}{carried} loop-carried values and one "
+                             f"output per value and scan output")
+        if kind == "scan":
+            _ints(n, "axes", results - carried)
+            _ints(n, "directions", results - carried)
+    for e in enters.values():
+        if e.name not in exits:
+            raise ModelError(f"node {e.name!r} ({e.op}): no loop_exit names it as its 'enter'")
 
 
 def _where(node):
@@ -65,8 +132,6 @@ def _round(graph, enters, info, consts):
     by_name = {n.name: n for n in graph.nodes}
     bodies = {}
     for e in enters:
-        if e.name not in exits:
-            raise ModelError(f"{_where(e)}: no loop_exit names it as its 'enter'")
         bodies[e.name] = _body(e, exits, readers, by_name)
     inner = set().union(*bodies.values())
     outermost = [e for e in enters if e.name not in inner and all(i in info for i in e.inputs)]
@@ -77,7 +142,7 @@ def _round(graph, enters, info, consts):
     for e in outermost:
         x = exits[e.name]
         body = sorted((by_name[b] for b in bodies[e.name]), key=lambda n: order[n.name])
-        replaced[x.name] = _unroll(e, x, body, info, consts, new_consts)
+        replaced[x.name] = _unroll(e, x, body, info, consts, new_consts, lambda v: _inputs_of(graph, v))
         replaced.update((b.name, ()) for b in body)
         replaced[e.name] = ()
     nodes = []
@@ -85,6 +150,23 @@ def _round(graph, enters, info, consts):
         nodes.extend(replaced.get(n.name, (n,)))
     return dataclasses.replace(graph, nodes=tuple(nodes),
                                constants=graph.constants + tuple(new_consts.values())), True
+
+
+def _inputs_of(graph, value):
+    """The graph inputs `value` is computed from."""
+    made_by = {o: n for n in graph.nodes for o in n.outputs}
+    inputs = {t.name for t in graph.inputs}
+    seen, want, found = set(), [value], []
+    while want:
+        v = want.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in inputs:
+            found.append(v)
+        elif v in made_by:
+            want.extend(i for i in made_by[v].inputs if i)
+    return sorted(found)
 
 
 def _body(enter, exits, readers, by_name):
@@ -117,7 +199,7 @@ def _const(new_consts, name, value, dtype):
     return name
 
 
-def _unroll(enter, exit_, body, info, consts, new_consts):
+def _unroll(enter, exit_, body, info, consts, new_consts, inputs_of):
     """The nodes that replace `exit_`: every iteration's copy of `body`, then the final
     values under the exit's output names."""
     where = _where(enter)
@@ -140,8 +222,11 @@ def _unroll(enter, exit_, body, info, consts, new_consts):
                              f"unrolls each loop at compile time")
         m = ins.pop(0)
         if m not in consts:
+            names = inputs_of(m)
+            hint = (f"freeze {', '.join(repr(n) for n in names)} with --freeze-input NAME=FILE.npy" if names else
+                    "it must be a constant or follow from constants and shapes")
             raise ModelError(f"{where}: the trip count {m!r} is known only at run time; a plan unrolls each loop at "
-                             f"compile time (freeze the graph inputs it depends on with --freeze-input NAME=FILE.npy)")
+                             f"compile time ({hint})")
         n_iter = max(0, int(np.asarray(consts[m].data).reshape(())))
         cond0 = ins.pop(0) if enter.attr("cond", False) else None
         init, n_state = ins, len(ins)
