@@ -89,3 +89,19 @@ class Graph:
 
     def constant_map(self):
         return {c.name: c for c in self.constants}
+
+    def inputs_feeding(self, names):
+        """The graph inputs that the values `names` are computed from, sorted."""
+        made_by = {o: n for n in self.nodes for o in n.outputs}
+        inputs = {t.name for t in self.inputs}
+        want, seen, found = list(names), set(), set()
+        while want:
+            v = want.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if v in inputs:
+                found.add(v)
+            elif v in made_by:
+                want.extend(i for i in made_by[v].inputs if i)
+        return sorted(found)

@@ -205,21 +205,8 @@ def _check_gather_indices(node, data, indices):
 def static_graph_inputs(graph):
     """Graph inputs whose values decide shapes (they reach some static input). aotplan
     compiles for static shapes: such inputs must be frozen to constants first."""
-    made_by = {o: n for n in graph.nodes for o in n.outputs}
-    inputs = {t.name for t in graph.inputs}
-    want = [n.inputs[p] for n in graph.nodes for p, _ in ops.get(n.op).static_inputs
-            if p < len(n.inputs) and n.inputs[p]] + _trip_counts(graph.nodes)
-    seen, found = set(), set()
-    while want:
-        t = want.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        if t in inputs:
-            found.add(t)
-        elif t in made_by:
-            want.extend(i for i in made_by[t].inputs if i)
-    return sorted(found)
+    return graph.inputs_feeding([n.inputs[p] for n in graph.nodes for p, _ in ops.get(n.op).static_inputs
+                                 if p < len(n.inputs) and n.inputs[p]] + _trip_counts(graph.nodes))
 
 
 def freeze_inputs(graph, values):

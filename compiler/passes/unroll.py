@@ -142,7 +142,7 @@ def _round(graph, enters, info, consts):
     for e in outermost:
         x = exits[e.name]
         body = sorted((by_name[b] for b in bodies[e.name]), key=lambda n: order[n.name])
-        replaced[x.name] = _unroll(e, x, body, info, consts, new_consts, lambda v: _inputs_of(graph, v))
+        replaced[x.name] = _unroll(e, x, body, info, consts, new_consts, lambda v: graph.inputs_feeding([v]))
         replaced.update((b.name, ()) for b in body)
         replaced[e.name] = ()
     nodes = []
@@ -150,23 +150,6 @@ def _round(graph, enters, info, consts):
         nodes.extend(replaced.get(n.name, (n,)))
     return dataclasses.replace(graph, nodes=tuple(nodes),
                                constants=graph.constants + tuple(new_consts.values())), True
-
-
-def _inputs_of(graph, value):
-    """The graph inputs `value` is computed from."""
-    made_by = {o: n for n in graph.nodes for o in n.outputs}
-    inputs = {t.name for t in graph.inputs}
-    seen, want, found = set(), [value], []
-    while want:
-        v = want.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        if v in inputs:
-            found.append(v)
-        elif v in made_by:
-            want.extend(i for i in made_by[v].inputs if i)
-    return sorted(found)
 
 
 def _body(enter, exits, readers, by_name):
