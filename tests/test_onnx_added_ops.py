@@ -189,6 +189,43 @@ def test_tile_and_resize_modes():
         assert {out for out, *_ in resize} <= formatted, (policy, sorted(formatted))
 
 
+def test_resize_cubic_antialias_and_crop():
+    """Cubic (Keys, a = -0.75 and -0.5, exclude_outside, every coordinate mode), antialias
+    when scaling down (linear and cubic, the filter stretched by 1/scale), and
+    tf_crop_and_resize (roi per axis, extrapolation_value outside the input, with
+    nearest, linear and cubic): against onnxruntime, in the default and nhwc formats."""
+    specs = [  # (output, scales or None, sizes or None, attributes)
+        ("c_half", [1, 1, 1.5, 0.75], None, dict(mode="cubic")),
+        ("c_a05_excl", None, [1, 2, 7, 3], dict(mode="cubic", cubic_coeff_a=-0.5, exclude_outside=1)),
+        ("c_align", None, [1, 2, 9, 9], dict(mode="cubic", coordinate_transformation_mode="align_corners")),
+        ("c_asym", [1, 1, 2, 2], None, dict(mode="cubic", coordinate_transformation_mode="asymmetric")),
+        ("c_torch", None, [1, 2, 1, 5], dict(mode="cubic", coordinate_transformation_mode="pytorch_half_pixel")),
+        ("c_sym", [1, 1, 0.6, 1.7], None, dict(mode="cubic", coordinate_transformation_mode="half_pixel_symmetric")),
+        ("aa_lin", [1, 1, 0.5, 0.4], None, dict(mode="linear", antialias=1)),
+        ("aa_cub", None, [1, 2, 3, 2], dict(mode="cubic", antialias=1)),
+        ("aa_cub_up", [1, 1, 0.3, 1.5], None, dict(mode="cubic", antialias=1, exclude_outside=1)),
+    ]
+    crops = [("crop_n", "nearest"), ("crop_l", "linear"), ("crop_c", "cubic")]
+    nodes, inits = [], [("roi", np.array([0, 0, -0.2, 0.3, 1, 1, 0.9, 1.25], np.float32)),
+                        ("crop_sz", np.array([1, 2, 5, 6], np.int64))]
+    for out, scales, sizes, a in specs:
+        if scales:
+            nodes.append(N("Resize", ["x", "", f"{out}_s"], [out], **a))
+            inits.append((f"{out}_s", np.array(scales, np.float32)))
+        else:
+            nodes.append(N("Resize", ["x", "", "", f"{out}_s"], [out], **a))
+            inits.append((f"{out}_s", np.array(sizes, np.int64)))
+    for out, mode in crops:
+        nodes.append(N("Resize", ["x", "roi", "", "crop_sz"], [out], mode=mode, extrapolation_value=-7.5,
+                       coordinate_transformation_mode="tf_crop_and_resize"))
+    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 8, 10])], [_vi(n.output[0], TP.FLOAT) for n in nodes], inits,
+               opset=18)
+    feeds = {"x": R.standard_normal((1, 2, 8, 10)).astype(np.float32)}
+    _, sess = _check(m, feeds, rtol=1e-5, atol=1e-5)
+    assert (sess.run(feeds)["crop_l"] == -7.5).any()  # the roi reaches outside the input
+    _check(m, feeds, modes=("kernel",), rtol=1e-5, atol=1e-5, format_policy="nhwc")
+
+
 def test_resize_axes_and_aspect_ratio_policy_opset_19():
     nodes = [N("Resize", ["x", "", "", "sz"], ["notlarger"], axes=[2, 3], keep_aspect_ratio_policy="not_larger"),
              N("Resize", ["x", "", "", "sz"], ["notsmaller"], axes=[2, 3], keep_aspect_ratio_policy="not_smaller",
@@ -300,12 +337,16 @@ _SCALES = [("s", np.array([1, 1, 2, 2], np.float32))]
 
 
 @pytest.mark.parametrize("model, match", [
-    (_one("Resize", ["", "s"], _SCALES, mode="cubic"), r"'bad' \(resize\): attribute 'mode' 'cubic' is not supported"),
-    (_one("Resize", ["", "s"], _SCALES, coordinate_transformation_mode="tf_crop_and_resize"),
-     r"'bad'.*'coordinate_transformation_mode' 'tf_crop_and_resize' is not supported"),
+    (_one("Resize", ["", "s"], _SCALES, mode="bicubic"), r"'bad' \(resize\): attribute 'mode' must be one of"),
+    (_one("Resize", ["", "s"], _SCALES, coordinate_transformation_mode="tf_half_pixel_for_nn"),
+     r"'bad'.*'coordinate_transformation_mode' 'tf_half_pixel_for_nn' is not supported"),
+    (_one("Resize", ["r", "s"], _SCALES + [("r", np.array([0, 0, 1, 1], np.float32))],
+          coordinate_transformation_mode="tf_crop_and_resize"), r"'bad'.*roi \[0.0, 0.0, 1.0, 1.0\] must hold a "
+                                                                r"start and an end for each axis \[0, 1, 2, 3\]"),
     (_one("Resize", ["", "s"], _SCALES, nearest_mode="nearest"), r"'bad'.*'nearest_mode' must be one of"),
-    (_one("Resize", ["", "s"], [("s", np.array([1, 1, 0.5, 0.5], np.float32))], mode="linear", antialias=1, opset=18),
-     r"'bad'.*'antialias' 1"),
+    (_one("Resize", ["", "s"], [("s", np.array([1, 1, 0.5, 0.5], np.float32))], antialias=1, opset=18),
+     r"'bad'.*'antialias' 1 is not supported with mode 'nearest'"),
+    (_one("Resize", ["", "s"], _SCALES, mode="cubic", elem=TP.INT32), r"'bad'.*mode 'cubic' needs a float input"),
     (_one("Resize", ["", "s"], _SCALES, exclude_outside=1), r"'bad'.*'exclude_outside' 1 is not supported"),
     (_one("Resize", ["", "s", "z"], _SCALES + [("z", np.array([1, 2, 8, 8], np.int64))]),
      r"'bad'.*exactly one of 'scales' and 'sizes'"),
