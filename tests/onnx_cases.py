@@ -21,7 +21,8 @@ TopK CumSum Range DepthToSpace SpaceToDepth LSTM GRU RNN
 Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Softsign Celu ThresholdedRelu Shrink IsNaN IsInf Mean
 GatherElements GatherND ScatterElements Scatter ScatterND OneHot Hardmax Upsample GroupNormalization
 QuantizeLinear DequantizeLinear RMSNormalization RotaryEmbedding Size EyeLike Attention GridSample
-LpNormalization MeanVarianceNormalization ReverseSequence If Loop Scan CastLike""".split())
+LpNormalization MeanVarianceNormalization ReverseSequence If Loop Scan CastLike
+ReduceLogSum BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Swish SwiGLU CumProd""".split())
 
 SKIP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_node_skips.txt")
 

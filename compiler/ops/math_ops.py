@@ -338,11 +338,12 @@ _REDUCE_ATTRS = ("keepdims", "noop_with_empty_axes")
 register("reduce_sum", (1, 1), _REDUCE_ATTRS, static_inputs=((1, "axes"),))((_reduce_infer, _reduce))
 register("reduce_mean", (1, 1), _REDUCE_ATTRS, static_inputs=((1, "axes"),))((_reduce_infer, _reduce))
 
-# norms of float tensors, in float32 (ONNX ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp)
+# norms of float tensors, in float32 (ONNX ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSumExp, ReduceLogSum)
 _NORMS = {"reduce_l1": lambda x, **k: jnp.sum(jnp.abs(x), **k),
           "reduce_l2": lambda x, **k: jnp.sqrt(jnp.sum(jnp.square(x), **k)),
           "reduce_sum_square": lambda x, **k: jnp.sum(jnp.square(x), **k),
-          "reduce_log_sum_exp": lambda x, **k: jax.scipy.special.logsumexp(x, **k)}
+          "reduce_log_sum_exp": lambda x, **k: jax.scipy.special.logsumexp(x, **k),
+          "reduce_log_sum": lambda x, **k: jnp.log(jnp.sum(x, **k))}
 
 
 def _norm_infer(node, ins):

@@ -4,7 +4,7 @@ variadic max/min, comparisons and logic.
 leaky_relu, prelu, elu, selu, celu, softplus, softsign, thresholded_relu, shrink, floor,
 ceil, round, sin, cos, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh, sign,
 is_nan, is_inf, max, min, mean, greater, less, greater_equal, less_equal, not, and, or,
-xor.
+xor, bitwise_and, bitwise_or, bitwise_xor, bitwise_not, bit_shift, swish, swiglu.
 
 Float math in float16/bfloat16 is computed in float32 and cast back (as the other op
 modules do). Round rounds half to even (ONNX). max and min propagate NaN (numpy's
@@ -246,3 +246,59 @@ register("not", (1, 1))((_logic_infer, lambda node, x: (jnp.logical_not(x),)))
 register("and", (2, 2))((_logic_infer, lambda node, a, b: (jnp.logical_and(a, b),)))
 register("or", (2, 2))((_logic_infer, lambda node, a, b: (jnp.logical_or(a, b),)))
 register("xor", (2, 2))((_logic_infer, lambda node, a, b: (jnp.logical_xor(a, b),)))
+
+
+# ---------------------------------------------------------------- bitwise (integers)
+
+def _bitwise_infer(node, ins):
+    same_dtype(node, ins)
+    if ins[0].dtype not in dtypes.INT_DTYPES:
+        fail(node, f"input {fmt(ins[0])} must be an integer ({', '.join(dtypes.INT_DTYPES)})")
+    return [(ins[0].dtype, broadcast_shape(node, ins))]
+
+
+def _shift_infer(node, ins):
+    if node.attr("direction") not in ("LEFT", "RIGHT"):
+        fail(node, f"attribute 'direction' must be LEFT or RIGHT, got {node.attr('direction')!r}")
+    return _bitwise_infer(node, ins)
+
+
+def _shift(node, x, y):
+    """ONNX BitShift: a right shift of a signed type is arithmetic; a shift by a negative
+    amount or by the bit width or more gives what the sign fill alone gives (-1 for a
+    right shift of a negative x, else 0). The width is the stored type's: an int64
+    shifted left by 32 or more is 0 in its int32 storage (docs/design.md, Dtypes)."""
+    bad = (y < 0) | (y >= 8 * x.dtype.itemsize)
+    amount = jnp.where(bad, 0, y).astype(x.dtype)
+    if node.attr("direction") == "LEFT":
+        return (jnp.where(bad, jnp.zeros((), x.dtype), jnp.left_shift(x, amount)),)
+    fill = jnp.where(x < 0, -1, 0).astype(x.dtype) if jnp.issubdtype(x.dtype, jnp.signedinteger) else \
+        jnp.zeros((), x.dtype)
+    return (jnp.where(bad, fill, jnp.right_shift(x, amount)),)
+
+
+register("bitwise_and", (2, 2))((_bitwise_infer, lambda node, a, b: (jnp.bitwise_and(a, b),)))
+register("bitwise_or", (2, 2))((_bitwise_infer, lambda node, a, b: (jnp.bitwise_or(a, b),)))
+register("bitwise_xor", (2, 2))((_bitwise_infer, lambda node, a, b: (jnp.bitwise_xor(a, b),)))
+register("bitwise_not", (1, 1))((_bitwise_infer, lambda node, x: (jnp.bitwise_not(x),)))
+register("bit_shift", (2, 2), ("direction",))((_shift_infer, _shift))
+
+
+# ---------------------------------------------------------------- swish, swiglu
+
+def _swiglu_infer(node, ins):
+    float_attr(node, "alpha", 1.0)
+    a, b = ins
+    require_float(node, a)
+    if (a.dtype, a.shape) != (b.dtype, b.shape):
+        fail(node, f"inputs {fmt(a)} and {fmt(b)} must have one dtype and shape (SwiGLU does not broadcast)")
+    return [(a.dtype, a.shape)]
+
+
+def _swish(node, x):
+    return x * jax.nn.sigmoid(float(node.attr("alpha", 1.0)) * x)
+
+
+register("swish", (1, 1), ("alpha",))((_with_attrs(alpha=1.0), _float_unary(_swish)))
+register("swiglu", (2, 2), ("alpha",))((_swiglu_infer, lambda node, a, b: (
+    (_swish(node, _f32(a)) * _f32(b)).astype(a.dtype),)))

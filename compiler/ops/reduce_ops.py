@@ -172,16 +172,19 @@ def _cumsum_infer(node, ins):
 
 
 def _cumsum(node, x):
+    """cumsum, and cumprod (ONNX CumProd: the same attributes, products)."""
     axis = _cumsum_axis(node, x.ndim)
     y = jnp.flip(x, axis) if node.attr("reverse", 0) else x
     acc = jnp.float32 if x.dtype in (jnp.float16, jnp.bfloat16) else x.dtype
-    y = jnp.cumsum(y, axis=axis, dtype=acc)
-    if node.attr("exclusive", 0):  # shifted by one: the first is 0, the last sum is dropped
+    prod = node.op == "cumprod"
+    y = (jnp.cumprod if prod else jnp.cumsum)(y, axis=axis, dtype=acc)
+    if node.attr("exclusive", 0):  # shifted by one: the first is 0 (1 for products), the last dropped
         pad = [(0, 0)] * x.ndim
         pad[axis] = (1, 0)
-        y = lax.slice_in_dim(jnp.pad(y, pad), 0, x.shape[axis], axis=axis)
+        y = lax.slice_in_dim(jnp.pad(y, pad, constant_values=1 if prod else 0), 0, x.shape[axis], axis=axis)
     y = jnp.flip(y, axis) if node.attr("reverse", 0) else y
     return (y.astype(x.dtype),)
 
 
 register("cumsum", (1, 1), ("exclusive", "reverse"), static_inputs=((1, "axis"),))((_cumsum_infer, _cumsum))
+register("cumprod", (1, 1), ("exclusive", "reverse"), static_inputs=((1, "axis"),))((_cumsum_infer, _cumsum))
