@@ -538,7 +538,7 @@ CONVERTERS = {
     "BitwiseAnd": _simple("bitwise_and"), "BitwiseOr": _simple("bitwise_or"), "BitwiseXor": _simple("bitwise_xor"),
     "BitwiseNot": _simple("bitwise_not"), "BitShift": _simple("bit_shift", ("direction",)),
     "Swish": _simple("swish", ("alpha",)), "SwiGLU": _simple("swiglu", ("alpha",)),
-    "CumProd": _simple("cumprod", ("exclusive", "reverse")),
+    "CumProd": _simple("cumprod", ("exclusive", "reverse")), "TensorScatter": _simple("tensor_scatter", ("mode", "axis")),
     "ReduceProd": _reduce("reduce_prod", 18), "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"),
     "GlobalMaxPool": _simple("global_maxpool"), "Tile": _tile, "Resize": _resize,
     "ConvTranspose": _conv_transpose,

@@ -249,3 +249,52 @@ def _hardmax(node, x):
 
 
 register("hardmax", (1, 1), ("axis", "legacy_flatten"))((_hardmax_infer, _hardmax))
+
+
+# ---------------------------------------------------------------- tensor_scatter
+
+def _tensor_scatter_params(node, past, update, idx):
+    r = len(past.shape)
+    if r < 2:
+        fail(node, f"past_cache {fmt(past)} must have rank >= 2 (a batch axis and a sequence axis)")
+    axis = norm_axis(node, int_attr(node, "axis", -2), r)
+    if axis == 0:
+        fail(node, "attribute 'axis' must not be the batch axis 0")
+    if node.attr("mode", "linear") not in ("linear", "circular"):
+        fail(node, f"attribute 'mode' must be linear or circular, got {node.attr('mode')!r}")
+    if update.dtype != past.dtype or len(update.shape) != r or any(
+            a != b for i, (a, b) in enumerate(zip(update.shape, past.shape)) if i != axis) \
+            or update.shape[axis] > past.shape[axis]:
+        fail(node, f"update {fmt(update)} must have past_cache {fmt(past)}'s dtype and shape but on axis {axis}, "
+                   f"where it may be shorter")
+    if idx is not None:
+        _check_indices(node, idx)
+        if idx.shape != past.shape[:1]:
+            fail(node, f"write_indices {fmt(idx)} must hold one index per batch entry ({past.shape[0]})")
+    return axis
+
+
+def _tensor_scatter_infer(node, ins):
+    _tensor_scatter_params(node, ins[0], ins[1], ins[2] if len(ins) > 2 else None)
+    return [(ins[0].dtype, ins[0].shape)]
+
+
+def _tensor_scatter(node, past, update, idx=None):
+    """ONNX TensorScatter (a KV-cache write): each batch entry's update goes to the
+    sequence positions write_indices[b] + j (modulo the cache length in circular mode);
+    in linear mode, positions beyond the cache are dropped."""
+    axis = node.attr("axis", -2) % past.ndim
+    n, length, s = past.shape[0], past.shape[axis], update.shape[axis]
+    start = jnp.zeros((n,), jnp.int32) if idx is None else idx.astype(jnp.int32)
+    pos = start[:, None] + jnp.arange(s, dtype=jnp.int32)[None, :]  # (N, s)
+    if node.attr("mode", "linear") == "circular":
+        pos = pos % length
+    p, u = jnp.moveaxis(past, axis, -1), jnp.moveaxis(update, axis, -1)  # (N, ..., L), (N, ..., s)
+    lead = u.ndim - 1
+    grid = [g[..., None] for g in jnp.indices(u.shape[:-1], sparse=True)]
+    seq = pos.reshape((n,) + (1,) * (lead - 1) + (s,))
+    out = p.at[(*grid, seq)].set(u, mode="drop")
+    return (jnp.moveaxis(out, -1, axis),)
+
+
+register("tensor_scatter", (2, 3), ("mode", "axis"))((_tensor_scatter_infer, _tensor_scatter))
