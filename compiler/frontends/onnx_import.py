@@ -881,6 +881,16 @@ def _body(node, key, nname, out, opset, used_names, scope, top):
     return [inner[vi.name] for vi in b.input], [inner.get(o.name, o.name) for o in b.output]
 
 
+def _fresh(used_names, name):
+    """`name`, or `name_2`, ... : one no node has, reserved."""
+    k, fresh = 1, name
+    while fresh in used_names:
+        k += 1
+        fresh = f"{name}_{k}"
+    used_names.add(fresh)
+    return fresh
+
+
 def _outputs(node, nname):
     return tuple(o or f"{nname}:unused_output_{i}" for i, o in enumerate(node.output))
 
@@ -908,9 +918,10 @@ def _loop(node, nname, out, opset, used_names, scope, top):
         raise ModelError(f"{where}: has {len(node.output)} outputs; its body gives {len(init)} loop-carried values "
                          f"and {len(results) - 1 - len(init)} scan outputs")
     enter_ins = [x for x in (m, cond) if x] + init
+    exit_name = _fresh(used_names, f"{nname}:exit")
     out.nodes.append(Node(nname, "loop_enter", tuple(enter_ins), tuple(params),
                           freeze({"trip_count": bool(m), "cond": bool(cond)})))
-    out.nodes.append(Node(f"{nname}:exit", "loop_exit", tuple(results), _outputs(node, nname),
+    out.nodes.append(Node(exit_name, "loop_exit", tuple(results), _outputs(node, nname),
                           freeze({"enter": nname, "kind": "loop", "n_carried": len(init)})))
 
 
@@ -951,22 +962,26 @@ def _scan(node, nname, out, opset, used_names, scope, top):
     if old:
         ints = {"scan_input_directions": ints.get("directions", [0] * k)}
     m, outputs = len(results) - n, _outputs(node, nname)
+    for key in ("scan_input_directions", "scan_output_directions", "directions"):
+        if any(d not in (0, 1) for d in ints.get(key, ())):
+            raise ModelError(f"{where}: attribute {key!r} {ints[key]} must hold 0 (forward) or 1 (reverse)")
+    exit_name = _fresh(used_names, f"{nname}:exit")
     if old:  # the outer Scan over the batch: every input a scan input, every output stacked
-        batch = f"{nname}:batch"
-        used_names.add(batch)
-        out.nodes.append(Node(batch, "scan_enter", tuple(inputs), tuple(f"{batch}:{v}" for v in inputs),
+        batch, batch_exit = _fresh(used_names, f"{nname}:batch"), _fresh(used_names, f"{nname}:batch:exit")
+        slices = tuple(f"{batch}:in{i}" for i in range(len(inputs)))  # (one tensor may be two inputs)
+        out.nodes.append(Node(batch, "scan_enter", tuple(inputs), slices,
                               freeze({"n_carried": 0, "axes": [0] * len(inputs), "directions": [0] * len(inputs)})))
-        inputs, outer_outputs = [f"{batch}:{v}" for v in inputs], outputs
-        outputs = tuple(f"{batch}:{o}" for o in outputs)
+        inputs, outer_outputs = list(slices), outputs
+        outputs = tuple(f"{batch}:out{i}" for i in range(len(outputs)))
     out.nodes.append(Node(nname, "scan_enter", tuple(inputs), tuple(params),
                           freeze({"n_carried": n, "axes": ints.get("scan_input_axes", [0] * k),
                                   "directions": ints.get("scan_input_directions", [0] * k)})))
-    out.nodes.append(Node(f"{nname}:exit", "loop_exit", tuple(results), outputs,
+    out.nodes.append(Node(exit_name, "loop_exit", tuple(results), outputs,
                           freeze({"enter": nname, "kind": "scan", "n_carried": n,
                                   "axes": ints.get("scan_output_axes", [0] * m),
                                   "directions": ints.get("scan_output_directions", [0] * m)})))
     if old:
-        out.nodes.append(Node(f"{batch}:exit", "loop_exit", outputs, outer_outputs,
+        out.nodes.append(Node(batch_exit, "loop_exit", outputs, outer_outputs,
                               freeze({"enter": batch, "kind": "scan", "n_carried": 0, "axes": [0] * len(outputs),
                                       "directions": [0] * len(outputs)})))
 

@@ -43,7 +43,8 @@ def run(graph, fold_constants=True):
     if any(n.op == "if" for n in graph.nodes):
         graph = _without_dead_branches(graph, fold_constants)
     if any(n.op in unroll.ENTERS for n in graph.nodes):
-        graph = unroll.run(graph, lambda g: _lenient(g, fold_constants))
+        graph = unroll.run(graph, lambda g: _lenient(g, fold_constants),
+                           lambda g: _without_dead_branches(g, fold_constants))
         if any(n.op == "if" for n in graph.nodes):
             graph = _without_dead_branches(graph, fold_constants)
     kept, consts, bound, folded = _walk(graph, fold_constants)

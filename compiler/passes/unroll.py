@@ -35,12 +35,15 @@ from compiler.ops import control
 ENTERS = ("loop_enter", "scan_enter")
 MAX_COPIES = 200_000  # body nodes written out over all iterations of one loop
 MAX_ROUNDS = 64  # nesting depth
+CONCAT_INPUTS = 4096  # a scan output's iterations are concatenated in groups of this many
 
 
-def run(graph, lenient_fold):
+def run(graph, lenient_fold, prune=lambda g: g):
     """The graph with every loop unrolled. `lenient_fold(graph)` -> (info, consts): the
     tensor types and constants a lenient fold found (a failing node poisons only what
-    reads it)."""
+    reads it). `prune(graph)`: the graph without the untaken branches of the `if`s
+    whose conditions are now constants (a copy's `i < 2`), run after each round so that
+    a loop in a dead branch is never unrolled."""
     check(graph)
     for _ in range(MAX_ROUNDS):
         enters = [n for n in graph.nodes if n.op in ENTERS]
@@ -50,6 +53,8 @@ def run(graph, lenient_fold):
         graph, progressed = _round(graph, enters, info, consts)
         if not progressed:  # a loop whose inputs failed to infer: the strict fold reports that failure
             return graph
+        if any(n.op == "if" for n in graph.nodes):
+            graph = prune(graph)
     raise LimitError(f"loops nested more than {MAX_ROUNDS} deep")
 
 
@@ -113,7 +118,9 @@ def check(graph):
                              f"output per value and scan output")
         if kind == "scan":
             _ints(n, "axes", results - carried)
-            _ints(n, "directions", results - carried)
+            if any(d not in (0, 1) for d in _ints(n, "directions", results - carried)):
+                raise ModelError(f"{where}: scan output directions {list(n.attr('directions'))} must be 0 (forward) "
+                                 f"or 1 (reverse)")
     for e in enters.values():
         if e.name not in exits:
             raise ModelError(f"node {e.name!r} ({e.op}): no loop_exit names it as its 'enter'")
@@ -134,7 +141,7 @@ def _round(graph, enters, info, consts):
     for e in enters:
         bodies[e.name] = _body(e, exits, readers, by_name)
     inner = set().union(*bodies.values())
-    outermost = [e for e in enters if e.name not in inner and all(i in info for i in e.inputs)]
+    outermost = [e for e in enters if e.name not in inner and _ready(e, exits[e.name], bodies[e.name], by_name, info)]
     if not outermost:
         return graph, False
     order = {n.name: k for k, n in enumerate(graph.nodes)}
@@ -150,6 +157,14 @@ def _round(graph, enters, info, consts):
         nodes.extend(replaced.get(n.name, (n,)))
     return dataclasses.replace(graph, nodes=tuple(nodes),
                                constants=graph.constants + tuple(new_consts.values())), True
+
+
+def _ready(enter, exit_, body, by_name, info):
+    """Whether the lenient fold typed every value the loop reads from outside: another
+    loop's results are typed only once that loop is unrolled (a round later)."""
+    inside = {o for b in body for o in by_name[b].outputs} | set(enter.outputs)
+    reads = list(enter.inputs) + list(exit_.inputs) + [i for b in body for i in by_name[b].inputs]
+    return all(i in info for i in reads if i and i not in inside)
 
 
 def _body(enter, exits, readers, by_name):
@@ -187,6 +202,7 @@ def _unroll(enter, exit_, body, info, consts, new_consts, inputs_of):
     values under the exit's output names."""
     where = _where(enter)
     body_values = {o for b in body for o in b.outputs if o}
+    nodes = []
     if enter.op == "scan_enter":
         n_state, scans, length = control.scan_params(enter, [info[i] for i in enter.inputs])
         init, n_iter, masked = list(enter.inputs[:n_state]), length, None
@@ -204,6 +220,9 @@ def _unroll(enter, exit_, body, info, consts, new_consts, inputs_of):
             raise ModelError(f"{where}: a Loop without a trip count (M), a while loop, is not supported: a plan "
                              f"unrolls each loop at compile time")
         m = ins.pop(0)
+        if m in consts and (consts[m].dtype != "int64" or np.asarray(consts[m].data).size != 1):
+            raise ModelError(f"{where}: the trip count {m!r} must be an int64 tensor of one element, got "
+                             f"{consts[m].dtype}{list(consts[m].shape)}")
         if m not in consts:
             names = inputs_of(m)
             hint = (f"freeze {', '.join(repr(n) for n in names)} with --freeze-input NAME=FILE.npy" if names else
@@ -217,12 +236,16 @@ def _unroll(enter, exit_, body, info, consts, new_consts, inputs_of):
         scan_out = list(exit_.inputs[1 + n_state:])
         outs_axes, outs_dirs = [0] * len(scan_out), [0] * len(scan_out)
         n_iter, masked = _loop_count(enter, cond0, cond_out, n_iter, body, consts, bool(scan_out))
+        if masked not in (None, True):
+            masked = _scalar(nodes, f"{exit_.name}:cond", masked, info.get(masked))
     if len(exit_.outputs) != n_state + len(scan_out):
         raise ModelError(f"{where}: {len(exit_.outputs)} outputs for {n_state} loop-carried values and "
                          f"{len(scan_out)} scan outputs")
-    if n_iter * len(body) > MAX_COPIES:
+    per_iteration = len(body) + len(scan_out) + (len(enter.inputs) - n_state if enter.op == "scan_enter" else 0) \
+        + (n_state + 2 if masked is not None else 0)
+    if n_iter * max(1, per_iteration) > MAX_COPIES:
         raise LimitError(f"{where}: unrolling {n_iter} iterations of a {len(body)}-node body would write "
-                         f"{n_iter * len(body)} nodes (at most {MAX_COPIES})")
+                         f"{n_iter * max(1, per_iteration)} nodes (at most {MAX_COPIES})")
     if masked is not None:
         for v0, v1 in zip(init, carried_out):
             a, b = info.get(v0), info.get(v1)
@@ -230,7 +253,7 @@ def _unroll(enter, exit_, body, info, consts, new_consts, inputs_of):
                 raise ModelError(f"{where}: the loop-carried value {v1!r} is {b.dtype}{list(b.shape)} after an "
                                  f"iteration and {a.dtype}{list(a.shape)} before, and the loop's condition is known "
                                  f"only at run time: the results need one shape")
-    nodes, carried, stacked = [], list(init), [[] for _ in scan_out]
+    carried, stacked = list(init), [[] for _ in scan_out]
     active = masked  # None: every iteration runs; True or a bool value's name: this one runs while it holds
     for k in range(n_iter):
         sub = {}
@@ -275,13 +298,13 @@ def _unroll(enter, exit_, body, info, consts, new_consts, inputs_of):
     for i, (v, o) in enumerate(zip(carried, exit_.outputs[:n_state])):
         nodes.append(Node(f"{exit_.name}:{i}", "identity", (v,), (o,), freeze({})))
     for i, (vals, o, v, axis, rev) in enumerate(zip(stacked, exit_.outputs[n_state:], scan_out, outs_axes, outs_dirs)):
+        t = info.get(v)
+        if t is not None and not -len(t.shape) - 1 <= axis <= len(t.shape):
+            raise ModelError(f"{where}: scan output axis {axis} is out of range for {o!r}, of rank {len(t.shape) + 1}")
         if not vals:
-            t = info.get(v)
             if t is None:
                 raise ModelError(f"{where}: runs no iteration, and the type of its scan output {o!r} is unknown")
             r = len(t.shape) + 1
-            if not -r <= axis < r:
-                raise ModelError(f"{where}: scan output axis {axis} is out of range for rank {r}")
             shape = list(t.shape)
             shape.insert(axis % r, 0)
             c = Constant(f"{exit_.name}:empty{i}", t.dtype, tuple(shape), np.zeros(shape, dtypes.np_dtype(t.dtype)))
@@ -289,8 +312,11 @@ def _unroll(enter, exit_, body, info, consts, new_consts, inputs_of):
             nodes.append(Node(f"{exit_.name}:s{i}", "identity", (c.name,), (o,), freeze({})))
             continue
         ups = [_node(nodes, f"{exit_.name}:u{i}#{k}", "unsqueeze", (x,), axes=[axis]) for k, x in enumerate(vals)]
-        nodes.append(Node(f"{exit_.name}:s{i}", "concat", tuple(ups[::-1] if rev else ups), (o,),
-                          freeze({"axis": axis})))
+        ups = ups[::-1] if rev else ups
+        while len(ups) > CONCAT_INPUTS:  # concat takes at most 65536 inputs: in groups first
+            ups = [_node(nodes, f"{exit_.name}:s{i}:{len(ups)}:{g}", "concat", ups[g:g + CONCAT_INPUTS], axis=axis)
+                   for g in range(0, len(ups), CONCAT_INPUTS)]
+        nodes.append(Node(f"{exit_.name}:s{i}", "concat", tuple(ups), (o,), freeze({"axis": axis})))
     return tuple(nodes)
 
 
@@ -301,11 +327,12 @@ def _loop_count(enter, cond0, cond_out, n_iter, body, consts, has_scan_outputs):
     c = cond_out
     while c in made_by and made_by[c].op == "identity":
         c = made_by[c].inputs[0]
-    start = True if cond0 is None else _bool(consts[cond0]) if cond0 in consts else cond0
-    if start is False:
+    where = _where(enter)
+    start = True if cond0 is None else _bool(consts[cond0], where) if cond0 in consts else cond0
+    if start is False or n_iter == 0:
         return 0, None
     if c in consts and start is True:
-        return (n_iter if _bool(consts[c]) else min(n_iter, 1)), None
+        return (n_iter if _bool(consts[c], where) else min(n_iter, 1)), None
     if c == enter.outputs[1] and start is True:
         return n_iter, None
     if has_scan_outputs:
@@ -314,10 +341,10 @@ def _loop_count(enter, cond0, cond_out, n_iter, body, consts, has_scan_outputs):
     return n_iter, start
 
 
-def _bool(c):
+def _bool(c, where):
     a = np.asarray(c.data)
     if c.dtype != "bool" or a.size != 1:
-        raise ModelError(f"a Loop condition {c.name!r} must be a bool tensor of one element, got "
+        raise ModelError(f"{where}: the condition {c.name!r} must be a bool tensor of one element, got "
                          f"{c.dtype}{list(c.shape)}")
     return bool(a.reshape(()))
 
