@@ -22,7 +22,9 @@ Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Softsign Celu ThresholdedRelu Shr
 GatherElements GatherND ScatterElements Scatter ScatterND OneHot Hardmax Upsample GroupNormalization
 QuantizeLinear DequantizeLinear RMSNormalization RotaryEmbedding Size EyeLike Attention GridSample
 LpNormalization MeanVarianceNormalization ReverseSequence If Loop Scan CastLike
-ReduceLogSum BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Swish SwiGLU CumProd TensorScatter""".split())
+ReduceLogSum BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Swish SwiGLU CumProd TensorScatter
+AffineGrid CenterCropPad LinearAttention CausalConvWithState NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss
+BlackmanWindow HammingWindow HannWindow DynamicQuantizeLinear""".split())
 
 SKIP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_node_skips.txt")
 

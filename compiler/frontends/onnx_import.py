@@ -566,12 +566,38 @@ CONVERTERS = {
     "DepthToSpace": _simple("depth_to_space", ("blocksize", "mode")),
     "SpaceToDepth": _simple("space_to_depth", ("blocksize", "mode")),
 }
-SUPPORTED_OPS = tuple(sorted(list(CONVERTERS) + ["Constant", "If", "Loop", "Scan"]))  # these four: _convert_nodes
+# operators imported as the function ONNX defines them by (`_function`; any operator with a
+# function body is, these are the ones ONNX's node tests check)
+FUNCTION_OPS = ("AffineGrid", "BlackmanWindow", "CausalConvWithState", "CenterCropPad", "DynamicQuantizeLinear",
+                "HammingWindow", "HannWindow", "LinearAttention", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss")
+SUPPORTED_OPS = tuple(sorted(list(CONVERTERS) + ["Constant", "If", "Loop", "Scan"] + list(FUNCTION_OPS)))
 
 
 class _Out:
-    def __init__(self, consumed):
+    def __init__(self, consumed, model=None):
         self.nodes, self.constants, self.consumed = [], [], consumed
+        self.model, self._types = model, None
+        self.functions = {(f.domain, f.name): f for f in model.functions} if model is not None else {}
+
+    def types(self):
+        """{value name: TypeProto} from ONNX's shape inference, computed once, for the
+        operators expanded from context-dependent functions (their bodies depend on the
+        input types); {} where inference fails."""
+        if self._types is None:
+            onnx, self._types = _onnx(), {}
+            try:
+                m = onnx.shape_inference.infer_shapes(self.model)
+            except Exception:
+                return self._types
+            graphs = [m.graph]
+            while graphs:
+                g = graphs.pop()
+                for vi in list(g.input) + list(g.value_info) + list(g.output):
+                    self._types.setdefault(vi.name, vi.type)
+                for t in g.initializer:
+                    self._types.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, t.dims))
+                graphs.extend(sub for n in g.node for _, sub in _subgraphs(n))
+        return self._types
 
 
 def _constant_node(node, name):
@@ -710,8 +736,10 @@ def convert(model, input_shapes=None, name=None, freeze=None):
     g = model.graph
     opset = opset_version(model)
     _check_opset(opset)
+    local = {(f.domain, f.name) for f in model.functions}
     for o in model.opset_import:
-        if o.domain not in ("", "ai.onnx") and any(n.domain == o.domain for n in g.node):
+        if o.domain not in ("", "ai.onnx") and any(n.domain == o.domain and (n.domain, n.op_type) not in local
+                                                   for n in g.node):
             raise ModelError(f"model uses operator domain {o.domain!r}, which is not supported")
     inits = {t.name: t for t in g.initializer} | {sp.values.name: sp for sp in g.sparse_initializer}
     unknown = sorted(set(fixed) - {i.name for i in g.input})
@@ -741,7 +769,7 @@ def convert(model, input_shapes=None, name=None, freeze=None):
         if not vi.type.HasField("tensor_type"):
             raise ModelError(f"{where}: only tensor inputs are supported")
         inputs.append(TensorInfo(vi.name, elem_dtype(vi.type.tensor_type.elem_type, where), _dims(vi, fixed, where)))
-    out = _Out(set(_read_names(g.node, {})) | {o.name for o in g.output})
+    out = _Out(set(_read_names(g.node, {})) | {o.name for o in g.output}, model)
     _initializers(g, out, {})
     _convert_nodes(g.node, out, opset, set(), {}, "", g)
     outputs = tuple(dict.fromkeys(o.name for o in g.output))  # an output listed twice is one output
@@ -803,6 +831,13 @@ def _convert_nodes(nodes, out, opset, used_names, scope, prefix, top):
             nname = f"{nname}_{i}"
         used_names.add(nname)
         node = _renamed(node, scope)
+        if (node.domain, node.op_type) in out.functions or (
+                node.domain in ("", "ai.onnx") and node.op_type not in CONVERTERS and node.op_type not in _CONTROL
+                and node.op_type != "Constant"):
+            fn = _function(node, nname, opset, out)
+            if fn is not None:
+                _expand(node, nname, fn, out, used_names, top)
+                continue
         if node.domain not in ("", "ai.onnx"):
             raise ModelError(f"node {nname!r}: operator {node.domain}.{node.op_type} is not supported")
         if node.op_type == "Constant":
@@ -826,6 +861,113 @@ def _convert_nodes(nodes, out, opset, used_names, scope, prefix, top):
         c.drop("consumed_inputs")
         if c.attrs:
             c.fail(f"attribute {sorted(c.attrs)[0]!r} is not supported")
+
+
+def _function(node, nname, opset, out):
+    """The FunctionProto that defines `node`: a model-local function, or the body ONNX
+    gives the operator (onnxruntime runs an operator it has no kernel for so), built from
+    the input types where it depends on them; None if there is none."""
+    onnx = _onnx()
+    local = out.functions.get((node.domain, node.op_type))
+    if local is not None:
+        return local
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except Exception:
+        return None
+    fn = onnx.FunctionProto()
+    if schema.has_function:
+        v = max(v for v in schema.function_opset_versions if v <= opset)
+        fn.ParseFromString(schema.get_function_with_opset_version(v))
+        have = {a.name for a in fn.attribute_proto}
+        fn.attribute_proto.extend(a.default_value for k, a in sorted(schema.attributes.items())  # the
+                                  if k not in have and a.default_value.name)                 # schema's defaults
+        return fn
+    if schema.has_context_dependent_function:
+        types = out.types()
+        if not all(i in types for i in node.input if i):
+            return None
+        empty = onnx.TypeProto()
+        try:
+            v = max(v for v in schema.context_dependent_function_opset_versions if v <= opset)
+            fn.ParseFromString(schema.get_context_dependent_function_with_opset_version(
+                v, node.SerializeToString(), [(types[i] if i else empty).SerializeToString() for i in node.input]))
+        except Exception as e:  # the builder refuses the node (an attribute it cannot take, ...)
+            raise ModelError(f"node {nname!r} ({node.op_type}): cannot expand ONNX's function for it: {e}") from None
+        return fn if fn.node else None
+    return None
+
+
+def _expand(node, nname, fn, out, used_names, top):
+    """`node` replaced by its function's nodes: the formal inputs and outputs bound to the
+    node's (the scope the function's nodes, and any subgraph in them, are renamed by),
+    attribute references to the node's attributes (or the function's defaults), the
+    function's own values renamed `NODE:fn:NAME`; converted with the function's opset
+    for the default domain."""
+    onnx = _onnx()
+    where = f"node {nname!r} ({node.op_type})"
+    if len(node.input) > len(fn.input) or len(node.output) > len(fn.output):
+        raise ModelError(f"{where}: {len(node.input)} inputs and {len(node.output)} outputs, its function "
+                         f"{len(fn.input)} and {len(fn.output)}")
+    bind = dict(zip(fn.input, list(node.input) + [""] * (len(fn.input) - len(node.input))))
+    bind.update(zip(fn.output, list(node.output) + [""] * (len(fn.output) - len(node.output))))
+    attrs = {a.name: a for a in fn.attribute_proto} | {a.name: a for a in node.attribute}
+    inner = {}
+    for n in fn.node:
+        for o in n.output:
+            if o and o not in bind:
+                inner[o] = f"{nname}:fn:{o}"
+    names = bind | inner
+    body = []
+    for i, n in enumerate(fn.node):
+        copy = onnx.NodeProto()
+        copy.CopyFrom(n)
+        copy.name = f"{n.name or n.op_type}_{i}"
+        kept = []
+        for a in copy.attribute:
+            if a.ref_attr_name:
+                if a.ref_attr_name not in attrs:
+                    continue  # an optional attribute the node does not set
+                b = onnx.AttributeProto()
+                b.CopyFrom(attrs[a.ref_attr_name])
+                b.name = a.name
+                kept.append(b)
+            else:
+                kept.append(a)
+        del copy.attribute[:]
+        copy.attribute.extend(kept)
+        body.append(copy)
+    default = [o.version for o in fn.opset_import if o.domain in ("", "ai.onnx")]
+    _learn_types(body, names, fn, out)
+    out.consumed |= set(_read_names(body, names))
+    _convert_nodes(body, out, default[0] if default else opset_version(out.model), used_names, names,
+                   f"{nname}:fn:", top)
+
+
+def _learn_types(body, names, fn, out):
+    """Add the types of a function body's values to `out.types()` (ONNX's shape inference
+    on the body alone), for the context-dependent functions nested in it."""
+    onnx = _onnx()
+    types = out.types()
+    renamed = []
+    for n in body:
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+            return  # (its subgraphs' outer names would need renaming too: no nested functions there)
+        copy = onnx.NodeProto()
+        copy.CopyFrom(n)
+        copy.input[:] = [names.get(x, x) for x in n.input]
+        copy.output[:] = [names.get(x, x) for x in n.output]
+        renamed.append(copy)
+    reads = {x for n in renamed for x in n.input if x} - {x for n in renamed for x in n.output}
+    if not all(x in types for x in reads):
+        return
+    g = onnx.helper.make_graph(renamed, "fn", [onnx.helper.make_value_info(x, types[x]) for x in sorted(reads)], [])
+    try:
+        m = onnx.shape_inference.infer_shapes(onnx.helper.make_model(g, opset_imports=list(fn.opset_import)))
+    except Exception:
+        return
+    for vi in m.graph.value_info:
+        types.setdefault(vi.name, vi.type)
 
 
 def _if(node, nname, out, opset, used_names, scope, top):
