@@ -159,6 +159,16 @@ def test_reductions_with_axes_as_attribute_and_as_input(opset):
 
 # ---------------------------------------------------------------- tile / resize
 
+def _add_resize(nodes, inits, out, scales, sizes, attrs):
+    """A Resize of x to `out` by `scales` or else `sizes` (an initializer `{out}_s`)."""
+    if scales:
+        nodes.append(N("Resize", ["x", "", f"{out}_s"], [out], **attrs))
+        inits.append((f"{out}_s", np.array(scales, np.float32)))
+    else:
+        nodes.append(N("Resize", ["x", "", "", f"{out}_s"], [out], **attrs))
+        inits.append((f"{out}_s", np.array(sizes, np.int64)))
+
+
 def test_tile_and_resize_modes():
     resize = [  # (output, mode, coordinate_transformation_mode, nearest_mode, scales, sizes)
         ("n_asym_floor", "nearest", "asymmetric", "floor", [1, 1, 2, 1.5], None),
@@ -173,12 +183,7 @@ def test_tile_and_resize_modes():
     nodes, inits = [N("Tile", ["x", "reps"], ["tile"])], [("reps", np.array([1, 2, 1, 3], np.int64))]
     for out, mode, ctm, nearest, scales, sizes in resize:
         a = dict(mode=mode, coordinate_transformation_mode=ctm, **({"nearest_mode": nearest} if nearest else {}))
-        if scales:
-            nodes.append(N("Resize", ["x", "", f"{out}_s"], [out], **a))
-            inits.append((f"{out}_s", np.array(scales, np.float32)))
-        else:
-            nodes.append(N("Resize", ["x", "", "", f"{out}_s"], [out], **a))
-            inits.append((f"{out}_s", np.array(sizes, np.int64)))
+        _add_resize(nodes, inits, out, scales, sizes, a)
     m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 4, 6])], [_vi(n.output[0], TP.FLOAT) for n in nodes], inits,
                opset=13)
     feeds = {"x": R.standard_normal((1, 2, 4, 6)).astype(np.float32)}
@@ -209,12 +214,7 @@ def test_resize_cubic_antialias_and_crop():
     nodes, inits = [], [("roi", np.array([0, 0, -0.2, 0.3, 1, 1, 0.9, 1.25], np.float32)),
                         ("crop_sz", np.array([1, 2, 5, 6], np.int64))]
     for out, scales, sizes, a in specs:
-        if scales:
-            nodes.append(N("Resize", ["x", "", f"{out}_s"], [out], **a))
-            inits.append((f"{out}_s", np.array(scales, np.float32)))
-        else:
-            nodes.append(N("Resize", ["x", "", "", f"{out}_s"], [out], **a))
-            inits.append((f"{out}_s", np.array(sizes, np.int64)))
+        _add_resize(nodes, inits, out, scales, sizes, a)
     for out, mode in crops:
         nodes.append(N("Resize", ["x", "roi", "", "crop_sz"], [out], mode=mode, extrapolation_value=-7.5,
                        coordinate_transformation_mode="tf_crop_and_resize"))

@@ -538,7 +538,8 @@ CONVERTERS = {
     "BitwiseAnd": _simple("bitwise_and"), "BitwiseOr": _simple("bitwise_or"), "BitwiseXor": _simple("bitwise_xor"),
     "BitwiseNot": _simple("bitwise_not"), "BitShift": _simple("bit_shift", ("direction",)),
     "Swish": _simple("swish", ("alpha",)), "SwiGLU": _simple("swiglu", ("alpha",)),
-    "CumProd": _simple("cumprod", ("exclusive", "reverse")), "TensorScatter": _simple("tensor_scatter", ("mode", "axis")),
+    "CumProd": _simple("cumprod", ("exclusive", "reverse")),
+    "TensorScatter": _simple("tensor_scatter", ("mode", "axis")),
     "ReduceProd": _reduce("reduce_prod", 18), "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"),
     "GlobalMaxPool": _simple("global_maxpool"), "Tile": _tile, "Resize": _resize,
     "ConvTranspose": _conv_transpose,
@@ -569,7 +570,8 @@ CONVERTERS = {
 # operators imported as the function ONNX defines them by (`_function`; any operator with a
 # function body is, these are the ones ONNX's node tests check)
 FUNCTION_OPS = ("AffineGrid", "BlackmanWindow", "CausalConvWithState", "CenterCropPad", "DynamicQuantizeLinear",
-                "HammingWindow", "HannWindow", "LinearAttention", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss")
+                "HammingWindow", "HannWindow", "LinearAttention", "NegativeLogLikelihoodLoss",
+                "SoftmaxCrossEntropyLoss")
 SUPPORTED_OPS = tuple(sorted(list(CONVERTERS) + ["Constant", "If", "Loop", "Scan"] + list(FUNCTION_OPS)))
 
 

@@ -279,7 +279,7 @@ def _bind(node, op, consts):
         if static[p] in _VALUE_STATICS:
             attrs[static[p]] = c.data.item() if c.data.ndim == 0 else c.data.tolist()
         elif node.op in ("unsqueeze", "squeeze") and c.data.dtype.kind in "iu" and c.data.ndim == 0:
-            attrs["axes"] = [c.data.item()]  # one axis as a scalar: ONNX's AffineGrid expansion has it, onnxruntime takes it
+            attrs["axes"] = [c.data.item()]  # one axis as a scalar (ONNX's AffineGrid body; onnxruntime takes it)
         elif c.data.dtype.kind not in "iu" or c.data.ndim != 1:  # (named: the model has no such attribute)
             raise ShapeError(f"node {node.name!r} ({node.op}): input {name!r} ({static[p]}) must be a 1-D integer "
                              f"tensor, got {c.dtype}{list(c.data.shape)}")

@@ -99,7 +99,8 @@ def check(graph):
         where = f"node {n.name!r} (loop_exit)"
         e = enters.get(n.attr("enter")) if isinstance(n.attr("enter"), str) else None
         if e is None:
-            raise ModelError(f"{where}: attribute 'enter' {n.attr('enter')!r} must name a loop_enter or scan_enter node")
+            raise ModelError(f"{where}: attribute 'enter' {n.attr('enter')!r} must name a loop_enter or scan_enter "
+                             f"node")
         if e.name in exits:
             raise ModelError(f"{where}: loop {e.name!r} already has the exit {exits[e.name].name!r}")
         exits[e.name] = n
