@@ -579,7 +579,7 @@ class _Out:
     def __init__(self, consumed, model=None):
         self.nodes, self.constants, self.consumed = [], [], consumed
         self.model, self._types = model, None
-        self.functions = {(f.domain, f.name): f for f in model.functions} if model is not None else {}
+        self.functions = {(f.domain, f.name, f.overload): f for f in model.functions} if model is not None else {}
 
     def types(self):
         """{value name: TypeProto} from ONNX's shape inference, computed once, for the
@@ -738,10 +738,10 @@ def convert(model, input_shapes=None, name=None, freeze=None):
     g = model.graph
     opset = opset_version(model)
     _check_opset(opset)
-    local = {(f.domain, f.name) for f in model.functions}
+    local = {(f.domain, f.name, f.overload) for f in model.functions}
     for o in model.opset_import:
-        if o.domain not in ("", "ai.onnx") and any(n.domain == o.domain and (n.domain, n.op_type) not in local
-                                                   for n in g.node):
+        if o.domain not in ("", "ai.onnx") and any(n.domain == o.domain and (n.domain, n.op_type, n.overload)
+                                                   not in local for n in g.node):
             raise ModelError(f"model uses operator domain {o.domain!r}, which is not supported")
     inits = {t.name: t for t in g.initializer} | {sp.values.name: sp for sp in g.sparse_initializer}
     unknown = sorted(set(fixed) - {i.name for i in g.input})
@@ -832,11 +832,11 @@ def _convert_nodes(nodes, out, opset, used_names, scope, prefix, top):
         while nname in used_names:
             nname = f"{nname}_{i}"
         used_names.add(nname)
-        node = _renamed(node, scope)
-        if (node.domain, node.op_type) in out.functions or (
+        original, node = node, _renamed(node, scope)
+        if (node.domain, node.op_type, node.overload) in out.functions or (
                 node.domain in ("", "ai.onnx") and node.op_type not in CONVERTERS and node.op_type not in _CONTROL
                 and node.op_type != "Constant"):
-            fn = _function(node, nname, opset, out)
+            fn = _function(node, original, nname, opset, out)
             if fn is not None:
                 _expand(node, nname, fn, out, used_names, top)
                 continue
@@ -865,12 +865,13 @@ def _convert_nodes(nodes, out, opset, used_names, scope, prefix, top):
             c.fail(f"attribute {sorted(c.attrs)[0]!r} is not supported")
 
 
-def _function(node, nname, opset, out):
+def _function(node, original, nname, opset, out):
     """The FunctionProto that defines `node`: a model-local function, or the body ONNX
     gives the operator (onnxruntime runs an operator it has no kernel for so), built from
-    the input types where it depends on them; None if there is none."""
+    the input types where it depends on them; None if there is none. `original`: the node
+    before a subgraph's or function's renaming (ONNX's inference names its values so)."""
     onnx = _onnx()
-    local = out.functions.get((node.domain, node.op_type))
+    local = out.functions.get((node.domain, node.op_type, node.overload))
     if local is not None:
         return local
     try:
@@ -887,13 +888,16 @@ def _function(node, nname, opset, out):
         return fn
     if schema.has_context_dependent_function:
         types = out.types()
-        if not all(i in types for i in node.input if i):
-            return None
-        empty = onnx.TypeProto()
+        found = [types.get(i, types.get(o)) if i else onnx.TypeProto() for i, o in zip(node.input, original.input)]
+        missing = [i for i, t in zip(node.input, found) if t is None]
+        if missing:
+            raise ModelError(f"node {nname!r} ({node.op_type}): ONNX defines it by a function that depends on its "
+                             f"input types, and the type of {missing[0]!r} is unknown (ONNX's shape inference did "
+                             f"not give it)")
         try:
             v = max(v for v in schema.context_dependent_function_opset_versions if v <= opset)
             fn.ParseFromString(schema.get_context_dependent_function_with_opset_version(
-                v, node.SerializeToString(), [(types[i] if i else empty).SerializeToString() for i in node.input]))
+                v, node.SerializeToString(), [t.SerializeToString() for t in found]))
         except Exception as e:  # the builder refuses the node (an attribute it cannot take, ...)
             raise ModelError(f"node {nname!r} ({node.op_type}): cannot expand ONNX's function for it: {e}") from None
         return fn if fn.node else None
@@ -912,7 +916,8 @@ def _expand(node, nname, fn, out, used_names, top):
         raise ModelError(f"{where}: {len(node.input)} inputs and {len(node.output)} outputs, its function "
                          f"{len(fn.input)} and {len(fn.output)}")
     bind = dict(zip(fn.input, list(node.input) + [""] * (len(fn.input) - len(node.input))))
-    bind.update(zip(fn.output, list(node.output) + [""] * (len(fn.output) - len(node.output))))
+    outs = list(node.output) + [""] * (len(fn.output) - len(node.output))
+    bind.update((f, o or f"{nname}:fn:{f}") for f, o in zip(fn.output, outs))  # (the body may read one left out)
     attrs = {a.name: a for a in fn.attribute_proto} | {a.name: a for a in node.attribute}
     inner = {}
     for n in fn.node:
@@ -925,25 +930,35 @@ def _expand(node, nname, fn, out, used_names, top):
         copy = onnx.NodeProto()
         copy.CopyFrom(n)
         copy.name = f"{n.name or n.op_type}_{i}"
-        kept = []
-        for a in copy.attribute:
-            if a.ref_attr_name:
-                if a.ref_attr_name not in attrs:
-                    continue  # an optional attribute the node does not set
-                b = onnx.AttributeProto()
-                b.CopyFrom(attrs[a.ref_attr_name])
-                b.name = a.name
-                kept.append(b)
-            else:
-                kept.append(a)
-        del copy.attribute[:]
-        copy.attribute.extend(kept)
+        _bind_attributes(copy, attrs)
         body.append(copy)
     default = [o.version for o in fn.opset_import if o.domain in ("", "ai.onnx")]
     _learn_types(body, names, fn, out)
     out.consumed |= set(_read_names(body, names))
     _convert_nodes(body, out, default[0] if default else opset_version(out.model), used_names, names,
                    f"{nname}:fn:", top)
+
+
+def _bind_attributes(node, attrs):
+    """Replace `node`'s attribute references (`ref_attr_name`) by the calling node's
+    attributes `attrs`, in its subgraphs too; a reference to an attribute the call does
+    not set (and has no default) is dropped: an optional attribute left unset."""
+    onnx = _onnx()
+    kept = []
+    for a in node.attribute:
+        if a.ref_attr_name:
+            if a.ref_attr_name in attrs:
+                b = onnx.AttributeProto()
+                b.CopyFrom(attrs[a.ref_attr_name])
+                b.name = a.name
+                kept.append(b)
+            continue
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for n in g.node:
+                _bind_attributes(n, attrs)
+        kept.append(a)
+    del node.attribute[:]
+    node.attribute.extend(kept)
 
 
 def _learn_types(body, names, fn, out):
@@ -965,7 +980,8 @@ def _learn_types(body, names, fn, out):
         return
     g = onnx.helper.make_graph(renamed, "fn", [onnx.helper.make_value_info(x, types[x]) for x in sorted(reads)], [])
     try:
-        m = onnx.shape_inference.infer_shapes(onnx.helper.make_model(g, opset_imports=list(fn.opset_import)))
+        m = onnx.shape_inference.infer_shapes(onnx.helper.make_model(g, opset_imports=list(fn.opset_import),
+                                                                     functions=list(out.model.functions)))
     except Exception:
         return
     for vi in m.graph.value_info:

@@ -353,8 +353,8 @@ def _norm_infer(node, ins):
 
 def _norm(node, x):
     axes = _reduce_axes(node, x.ndim)
-    if axes is None:
-        return (x,)
+    if axes is None:  # noop_with_empty_axes: no reduction, but the elementwise part still applies (|x|, x², log x)
+        axes = ()
     return (_NORMS[node.op](_f32(x), axis=axes, keepdims=bool(node.attr("keepdims", 1))).astype(x.dtype),)
 
 
