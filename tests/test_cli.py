@@ -231,8 +231,8 @@ def _node(doc, name):
 
 
 BAD_MODELS = {
-    "unknown op": (lambda d: _node(d, "relu1").update(op="swish"), r"node 'relu1': unknown op 'swish' \(\d+ ops are "
-                                                                   r"known: docs/formats.md lists them\)$"),
+    "unknown op": (lambda d: _node(d, "relu1").update(op="frobnicate"),
+                   r"node 'relu1': unknown op 'frobnicate' \(\d+ ops are known: docs/formats.md lists them\)$"),
     "misspelt op": (lambda d: _node(d, "relu1").update(op="rleu"), r"node 'relu1': unknown op 'rleu' \(did you mean "
                                                                    r"'relu'\? \d+ ops are known"),
     # the layout pass's own op: a model's transdata compiled, and gave scrambled outputs with exit 0
