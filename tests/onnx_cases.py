@@ -24,7 +24,7 @@ QuantizeLinear DequantizeLinear RMSNormalization RotaryEmbedding Size EyeLike At
 LpNormalization MeanVarianceNormalization ReverseSequence If Loop Scan CastLike
 ReduceLogSum BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift Swish SwiGLU CumProd TensorScatter
 AffineGrid CenterCropPad LinearAttention CausalConvWithState NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss
-BlackmanWindow HammingWindow HannWindow DynamicQuantizeLinear""".split())
+BlackmanWindow HammingWindow HannWindow DynamicQuantizeLinear LpPool""".split())
 
 SKIP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_node_skips.txt")
 

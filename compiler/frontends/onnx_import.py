@@ -205,7 +205,7 @@ def _conv(c):
 def _pool(op):
     def conv(c):
         keys = ["kernel_shape", "strides", "pads", "auto_pad", "ceil_mode", "dilations"]
-        keys.append("count_include_pad" if op == "avgpool" else "storage_order")
+        keys.append({"avgpool": "count_include_pad", "maxpool": "storage_order", "lppool": "p"}[op])
         a = c.take(*keys)
         if a.get("auto_pad") == "NOTSET":
             del a["auto_pad"]
@@ -511,7 +511,7 @@ CONVERTERS = {
     "Sub": _binary("sub"), "Mul": _binary("mul"), "Div": _binary("div"), "Sum": _simple("sum"),
     "Concat": _concat, "Reshape": _attr_or_input("reshape", "shape", 5, ("allowzero",)),
     "Flatten": _simple("flatten", ("axis",)), "Transpose": _simple("transpose", ("perm",)),
-    "MaxPool": _pool("maxpool"), "AveragePool": _pool("avgpool"), "GlobalAveragePool": _simple("global_avgpool"),
+    "MaxPool": _pool("maxpool"), "AveragePool": _pool("avgpool"), "LpPool": _pool("lppool"), "GlobalAveragePool": _simple("global_avgpool"),
     "Gemm": _gemm, "MatMul": _simple("matmul"), "Softmax": _softmax_like("softmax"), "LogSoftmax": _softmax_like("log_softmax"),
     "Mod": _simple("mod", ("fmod",)), "Trilu": _simple("trilu", ("upper",)),
     "InstanceNormalization": _simple("instance_norm", ("epsilon",)), "LRN": _lrn, "Dropout": _dropout,

@@ -1,5 +1,5 @@
 """Neural-network ops: matmul, gemm, softmax, layernorm, batchnorm, conv2d, pooling
-(maxpool, avgpool, global_avgpool, global_maxpool).
+(maxpool, avgpool, lppool, global_avgpool, global_maxpool).
 
 Reductions in float16/bfloat16 (softmax, layernorm, batchnorm, average pooling) are
 computed in float32 and cast back, as ONNX's stash_type=1 does."""
@@ -516,9 +516,26 @@ def _window_counts(spatial, k, s, d, geo, include_pad):
     return jnp.asarray(win.sum(axis=tuple(range(len(spatial), 2 * len(spatial)))).astype(np.float32))
 
 
+def _lppool_infer(node, ins):
+    p = node.attr("p", 2)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or p < 1:
+        fail(node, f"attribute 'p' must be a number >= 1, got {p!r}")
+    return _pool_infer(node, ins, True)
+
+
+def _lppool(node, x):
+    """ONNX LpPool: (sum over the window of |x|^p)^(1/p), padding counting as zeros."""
+    k, s, d, geo, _ = _pool_geometry(node, x)
+    p = float(node.attr("p", 2))
+    y = jnp.abs(_f32(x))
+    total = _reduce(y * y if p == 2 else y ** p, 0.0, lax.add, k, s, d, [(b, e + extra) for b, e, extra in geo])
+    return ((jnp.sqrt(total) if p == 2 else total ** (1.0 / p)).astype(x.dtype),)
+
+
 POOL_ATTRS = ("kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode")
 register("maxpool", (1, 1), POOL_ATTRS + ("storage_order",))((lambda node, ins: _pool_infer(node, ins, False), _maxpool))
 register("avgpool", (1, 1), POOL_ATTRS + ("count_include_pad",))((lambda node, ins: _pool_infer(node, ins, True), _avgpool))
+register("lppool", (1, 1), POOL_ATTRS + ("p",))((_lppool_infer, _lppool))
 
 
 def _gap_infer(node, ins):
