@@ -966,15 +966,9 @@ def _learn_types(body, names, fn, out):
     on the body alone), for the context-dependent functions nested in it."""
     onnx = _onnx()
     types = out.types()
-    renamed = []
-    for n in body:
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
-            return  # (its subgraphs' outer names would need renaming too: no nested functions there)
-        copy = onnx.NodeProto()
-        copy.CopyFrom(n)
-        copy.input[:] = [names.get(x, x) for x in n.input]
-        copy.output[:] = [names.get(x, x) for x in n.output]
-        renamed.append(copy)
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in body for a in n.attribute):
+        return  # (its subgraphs' outer names would need renaming too: no nested functions typed there)
+    renamed = [_renamed(n, names) for n in body]
     reads = {x for n in renamed for x in n.input if x} - {x for n in renamed for x in n.output}
     if not all(x in types for x in reads):
         return

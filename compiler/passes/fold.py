@@ -43,10 +43,8 @@ def run(graph, fold_constants=True):
     if any(n.op == "if" for n in graph.nodes):
         graph = _without_dead_branches(graph, fold_constants)
     if any(n.op in unroll.ENTERS for n in graph.nodes):
-        graph = unroll.run(graph, lambda g: _lenient(g, fold_constants),
-                           lambda g: _without_dead_branches(g, fold_constants))
-        if any(n.op == "if" for n in graph.nodes):
-            graph = _without_dead_branches(graph, fold_constants)
+        graph = unroll.run(graph, lambda g: _lenient(g, fold_constants),  # (it prunes dead branches after
+                           lambda g: _without_dead_branches(g, fold_constants))  # each round, the last one too)
     kept, consts, bound, folded = _walk(graph, fold_constants)
     g = dataclasses.replace(graph, nodes=tuple(kept), constants=tuple(consts.values()))
     return g, FoldStats(bound, folded)
@@ -206,8 +204,7 @@ def _check_gather_indices(node, data, indices):
 def static_graph_inputs(graph):
     """Graph inputs whose values decide shapes (they reach some static input). aotplan
     compiles for static shapes: such inputs must be frozen to constants first."""
-    return graph.inputs_feeding([n.inputs[p] for n in graph.nodes for p, _ in ops.get(n.op).static_inputs
-                                 if p < len(n.inputs) and n.inputs[p]] + _trip_counts(graph.nodes))
+    return graph.inputs_feeding(_shape_deciding(graph.nodes))
 
 
 def freeze_inputs(graph, values):
@@ -229,18 +226,19 @@ def freeze_inputs(graph, values):
                                constants=graph.constants + tuple(consts))
 
 
-def _trip_counts(nodes):
-    """The trip counts of the loops (passes/unroll.py: a loop is unrolled at compile time)."""
-    return [n.inputs[0] for n in nodes if n.op == "loop_enter" and n.attr("trip_count", False) and n.inputs
-            and n.inputs[0]]
+def _shape_deciding(nodes):
+    """The values that decide shapes: the nodes' static inputs and the loops' trip counts
+    (passes/unroll.py: a loop is unrolled at compile time)."""
+    return [n.inputs[p] for n in nodes for p, _ in ops.get(n.op).static_inputs if p < len(n.inputs) and n.inputs[p]] \
+        + [n.inputs[0] for n in nodes if n.op == "loop_enter" and n.attr("trip_count", False) and n.inputs
+           and n.inputs[0]]
 
 
 def _static_closure(graph, order):
-    """Names of the nodes whose values some static input, or an `if`'s condition (it
-    decides which branch's shapes count), needs."""
+    """Names of the nodes whose values some static input, a loop's trip count or an
+    `if`'s condition (it decides which branch's shapes count) needs."""
     made_by = {o: n for n in order for o in n.outputs}
-    want = [n.inputs[p] for n in order for p, _ in ops.get(n.op).static_inputs if p < len(n.inputs) and n.inputs[p]]
-    want += [n.inputs[0] for n in order if n.op == "if"] + _trip_counts(order)
+    want = _shape_deciding(order) + [n.inputs[0] for n in order if n.op == "if"]
     needed = set()
     while want:
         t = want.pop()

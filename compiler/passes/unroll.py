@@ -288,7 +288,7 @@ def _unroll(enter, exit_, body, info, consts, new_consts, inputs_of):
                                              outputs=tuple(f"{o}#{k}" if o else o for o in b.outputs), attrs=attrs))
         new = [rn(v) for v in carried_out]
         if active not in (None, True):
-            new = [_select(nodes, f"{exit_.name}:keep#{k}:{i}", active, v, old)
+            new = [_node(nodes, f"{exit_.name}:keep#{k}:{i}", "where", (active, v, old))
                    for i, (v, old) in enumerate(zip(new, carried))]
         carried = new
         for s, v in zip(stacked, scan_out):
@@ -361,6 +361,3 @@ def _scalar(nodes, name, v, t):
         return v
     return _node(nodes, name, "reshape", (v,), shape=[])
 
-
-def _select(nodes, name, active, new, old):
-    return _node(nodes, name, "where", (active, new, old))
