@@ -1,8 +1,9 @@
-"""aotplan: the shared vocabulary of the compiler and the executor.
+"""aotplan: an ahead-of-time compiler and a thin in-place runtime for inference graphs.
 
-Graph IR and the model.json reader, the plan schema and its msgpack codec, the
-device-shape math of formats, errors, the plan verifier and the CLI. Nothing in this
-package imports `compiler` (the CLI does so only inside the commands that compile).
+The package holds the layers' top and bottom: `aotplan.core` (the shared vocabulary
+of the compiler and the executor), and above `compiler` and `executor`, the commands
+that need both (`aotplan.cli`, `aotplan.check`). The layers are import-linter
+contracts in `pyproject.toml`. Importing `aotplan` imports nothing else.
 """
 
 __version__ = "0.6.0"

@@ -13,7 +13,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from aotplan import dtypes, formats
+from aotplan.core import dtypes, formats
 
 
 def jnp_dtype(storage):

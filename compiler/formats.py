@@ -1,6 +1,6 @@
 """Storage formats inside kernels: conversions in JAX, and ops lowered for a format.
 
-The device-shape math is aotplan/formats.py (numpy); this module mirrors its
+The device-shape math is aotplan/core/formats.py (numpy); this module mirrors its
 `to_device`/`from_device` in jax.numpy, so that a kernel converts on the device, and
 lowers the ops that read and write a format without converting (passes/layout.py
 decides which node runs in which format; `SUPPORTED` below is what it may choose).
@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from aotplan import formats as F
+from aotplan.core import formats as F
 from compiler import ops
 from compiler.ops.math_ops import lrn_over
 from compiler.ops.resize import resize_on
@@ -68,7 +68,7 @@ RELAYOUT_INSIDE = {"nc1hwc0": frozenset(("conv", "conv2d"))}
 
 def to_device(x, fmt):
     """A logical array -> its device array in `fmt`, padding zeroed (mirrors
-    aotplan.formats.to_device)."""
+    aotplan.core.formats.to_device)."""
     name, p = F.parse(fmt)
     if name == "default":
         return x

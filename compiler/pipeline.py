@@ -9,14 +9,14 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from aotplan import debug, dtypes, verify
-from aotplan.plan import WEIGHT_PLACEMENTS
-from aotplan.errors import ModelError
+from aotplan.core import debug, dtypes, verify
+from aotplan.core.plan import WEIGHT_PLACEMENTS
+from aotplan.core.errors import ModelError
 from compiler.passes import (
     bn_fold, cse, dce, emit, fold, group, identity, infer, layout, liveness, lower, plan_memory, schedule, validate,
     views, weight_layout,
 )
-from aotplan import formats, intervals
+from aotplan.core import formats, intervals
 
 # Optional graph clean-up passes, in the order they run; each can be switched off.
 # ("fold" off still binds static inputs and evaluates what they need: see passes/fold.py.)

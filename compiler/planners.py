@@ -69,7 +69,7 @@ from operator import add
 
 import numpy as np
 
-from aotplan import formats, intervals as _intervals
+from aotplan.core import formats, intervals as _intervals
 
 PLANNERS = {}
 

@@ -9,7 +9,7 @@ graph-level work the plan gets)."""
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan import dtypes
+from aotplan.core import dtypes
 from compiler import ops
 
 

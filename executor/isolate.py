@@ -23,8 +23,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from aotplan import errors
-from aotplan.errors import PlanError
+from aotplan.core import errors
+from aotplan.core.errors import PlanError
 
 _STAGE, _RESULT = "stage ", "result "
 _CHILD = ("-m", "executor.isolate")  # the child's command line after the interpreter
@@ -106,8 +106,8 @@ def _child():
     try:
         req = json.loads(sys.stdin.read())
         import executor
-        from aotplan import codec
-        from executor import kernels
+        from aotplan.core import codec
+        from aotplan.core import kernels
 
         t0 = time.perf_counter()
         key = bytes.fromhex(req["trust_key"]) if req["trust_key"] else None

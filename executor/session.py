@@ -23,11 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan import codec, dtypes, fileio, formats, native, verify, xla_options
-from aotplan.errors import FeedError, ForkError, PlanError
-from aotplan.plan import Plan
-from executor import kernels
-from executor.kernels import adopt, check_signature, compile_kernel, load_kernel, lower_kernel
+from aotplan.core import codec, dtypes, fileio, formats, native, verify, xla_options
+from aotplan.core.errors import FeedError, ForkError, PlanError
+from aotplan.core.plan import Plan
+from aotplan.core import kernels
+from aotplan.core.kernels import adopt, check_signature, compile_kernel, load_kernel, lower_kernel
 
 log = logging.getLogger("aotplan")
 
@@ -95,7 +95,7 @@ def _check_path(path):
     if isinstance(path, (bytes, bytearray, memoryview)):
         raise PlanError(f"executor.load takes the path of a plan file, got {type(path).__name__} "
                         f"({memoryview(path).nbytes} bytes); to load a plan from bytes in memory: plan, trusted = "
-                        f"aotplan.codec.decode_checked(data, trust_key); executor.Session(plan, trusted=trusted)")
+                        f"aotplan.core.codec.decode_checked(data, trust_key); executor.Session(plan, trusted=trusted)")
     raise PlanError(f"executor.load takes the path of a plan file (str or os.PathLike), got "
                     f"{type(path).__name__} {_short(path)}")
 
@@ -151,7 +151,7 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
 
     path: the plan file's path (str or os.PathLike). Anything else is refused with a
         PlanError (an int would be taken as a file descriptor); to load a plan from
-        bytes in memory, `aotplan.codec.decode_checked(data, trust_key)` -> (plan,
+        bytes in memory, `aotplan.core.codec.decode_checked(data, trust_key)` -> (plan,
         trusted), then `Session(plan, trusted=trusted)`.
     device: a jax Device, a platform name ("cpu", "gpu", "cuda", ...: its first device;
         "cpu:1": its second) or None (the first device). Every kernel is compiled for it
@@ -299,7 +299,7 @@ class Session:
     the constants, the warm-up step); `aotplan verify` uses it to name the kernel that
     crashed a child process.
     `jobs`: XLA compiles to run at once for the kernels compiled from StableHLO (they
-    release the GIL; default `aotplan.xla_options.default_jobs()`, one per CPU, at most
+    release the GIL; default `aotplan.core.xla_options.default_jobs()`, one per CPU, at most
     8). `aotplan verify`'s child compiles one at a time, so a crash names its kernel.
     `device`: a jax Device, a platform name or None, as `load` takes it
     (`resolve_device`); checked before anything else. The kernels are compiled for it
@@ -325,7 +325,7 @@ class Session:
         self._host_memory = _host_is_device(self.device)
         self._devices = {self.device}  # what a device-array feed's devices() must be
         if not isinstance(plan, Plan):
-            raise PlanError(f"Session takes a decoded plan (aotplan.plan.Plan), got {type(plan).__name__}: "
+            raise PlanError(f"Session takes a decoded plan (aotplan.core.plan.Plan), got {type(plan).__name__}: "
                             f"executor.load(path) loads a plan file")
         _check_progress(progress, "Session")
         progress = progress or (lambda what: None)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from aotplan import dtypes, fileio, formats
-from aotplan.errors import AotplanError
-from aotplan.fileio import umask
+from aotplan.core import dtypes, fileio, formats
+from aotplan.core.errors import AotplanError
+from aotplan.core.fileio import umask
 
 
 # ------------------------------------------------------------------ allocation check

@@ -38,7 +38,7 @@ def child(mode, plan_path, model_path, steps, rounds):
     import executor
 
     assert executor.set_cpu_dispatch(mode)
-    from aotplan import model_json
+    from aotplan.core import model_json
 
     graph, _ = model_json.load(model_path)
     specs = graph_specs(graph)
@@ -69,7 +69,7 @@ def main():
     if args.child:
         return child(*args.child, args.steps, args.rounds)
 
-    from aotplan import codec, model_json
+    from aotplan.core import codec, model_json
     from compiler import pipeline
 
     print(f"{'model':12s} {'runner':10s} {'sync ms':>24s} {'async ms':>24s} {'sync/async':>10s}")

@@ -55,7 +55,7 @@ def main():
     import jax
 
     import executor
-    from aotplan import codec, model_json
+    from aotplan.core import codec, model_json
     from benchutil import timed
     from compiler import pipeline
 

@@ -36,10 +36,10 @@ def mib(b):
 def jit_memory(graph, aot_options=False):
     """jax.jit of the whole model, weights as arguments: (args + outputs + temps) bytes.
     With aot_options, compiled with the XLA options aotplan's kernels get
-    (aotplan/xla_options.py), to tell their effect from the plan's own."""
+    (aotplan/core/xla_options.py), to tell their effect from the plan's own."""
     import jax
 
-    from aotplan import dtypes, xla_options
+    from aotplan.core import dtypes, xla_options
     from compiler import reference
     from compiler.passes.lower import host_platform
 
@@ -60,7 +60,7 @@ def main():
 
     import jax
 
-    from aotplan import formats, intervals, model_json
+    from aotplan.core import formats, intervals, model_json
     from compiler import pipeline, planners
 
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}; planners: {', '.join(planners.PLANNERS)}")

@@ -35,7 +35,7 @@ def _shape_arg(text):
 
 
 def _random_feeds(graph):
-    from aotplan import dtypes
+    from aotplan.core import dtypes
 
     rng = np.random.default_rng(0)
     out = {}
@@ -65,7 +65,7 @@ def main():
     import onnxruntime as ort
 
     import executor
-    from aotplan import codec, model_json
+    from aotplan.core import codec, model_json
     from compiler import pipeline, reference
     from compiler.frontends import onnx_import
 

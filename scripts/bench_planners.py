@@ -30,8 +30,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from aotplan import formats, intervals  # noqa: E402
-from aotplan.intervals import Interval  # noqa: E402
+from aotplan.core import formats, intervals  # noqa: E402
+from aotplan.core.intervals import Interval  # noqa: E402
 from compiler import planners  # noqa: E402
 
 PAPER = [(0, 1, 32), (1, 4, 28), (2, 5, 36), (3, 5, 16), (4, 5, 8), (5, 7, 64), (6, 8, 10), (7, 8, 40)]

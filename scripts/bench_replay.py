@@ -19,7 +19,7 @@ light architectures, see tests/onnx_light.py):
    way a JAX model is usually called, and the peer ratios are taken to) and `jit(const)` is
    `jax.jit(reference.make_function(graph))`, whose weights are closed-over constants
    that XLA sees as literals (it may fold them). `jit(opts)` is jit(args) compiled
-   with the XLA options aotplan's kernels get (aotplan/xla_options.py): how much of a
+   with the XLA options aotplan's kernels get (aotplan/core/xla_options.py): how much of a
    plan's lead is those options. Targets: sink and native <= 1.0x, fused <= 1.2x.
 3. readiness in this process (jax already imported; `jax.clear_caches()` before each
    measurement, so no kernel is reused from an earlier compile in this process):
@@ -64,7 +64,7 @@ READY_TARGET = 10.0  # peer / native plan, time to first output
 
 def random_feeds(specs, seed=0):
     """[(name, dtype, shape)] -> {name: numpy array of the logical dtype}, seeded."""
-    from aotplan import dtypes
+    from aotplan.core import dtypes
 
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -84,7 +84,7 @@ def graph_specs(graph):
 
 
 def to_storage(feeds, specs):
-    from aotplan import dtypes
+    from aotplan.core import dtypes
 
     return {name: dtypes.to_storage(feeds[name], dtype, name) for name, dtype, _ in specs}
 
@@ -95,10 +95,10 @@ def make_peer(graph, weights_as_args=True, aot_options=False):
     arguments (device arrays made once here), as a sink plan takes its constant pool;
     otherwise it is `jax.jit(reference.make_function(graph))`, weights closed over.
     With aot_options, compiled with the XLA options aotplan's kernels get
-    (aotplan/xla_options.py), to tell their effect from the plan's own."""
+    (aotplan/core/xla_options.py), to tell their effect from the plan's own."""
     import jax
 
-    from aotplan import xla_options
+    from aotplan.core import xla_options
     from compiler import reference
     from compiler.passes.lower import host_platform
 
@@ -122,7 +122,7 @@ def make_peer(graph, weights_as_args=True, aot_options=False):
 def host_outputs(outs, info):
     """Device outputs -> numpy arrays of the logical dtype (what Session.run returns):
     `np.asarray` where the device holds that dtype already, as a user would write."""
-    from aotplan import dtypes
+    from aotplan.core import dtypes
 
     return {n: np.asarray(v) if dtypes.storage_dtype(info[n].dtype) == info[n].dtype else
             dtypes.from_storage(v, info[n].dtype) for n, v in outs.items()}
@@ -166,7 +166,7 @@ def child_peer(model_path, weights_as_args, t_py):
     """Fresh-process readiness of the jax.jit peer: model.json -> first output."""
     import jax  # noqa: F401
 
-    from aotplan import model_json
+    from aotplan.core import model_json
 
     t_imp = time.time()
     rss = _rss_mib()
@@ -213,7 +213,7 @@ class Model:
 
 
 def load_models(args, tmp):
-    from aotplan import model_json
+    from aotplan.core import model_json
 
     models = []
     for name in [m for m in args.models.split(",") if m]:
@@ -242,10 +242,10 @@ def compile_all(models, tmp):
     import jax
 
     import executor
-    from aotplan import codec
-    from aotplan.fileio import atomic_write
+    from aotplan.core import codec
+    from aotplan.core.fileio import atomic_write
     from compiler import pipeline
-    from executor import kernels
+    from aotplan.core import kernels
 
     rule("1. compile (plans written to a temp dir; 'native' = sink plan with embedded native executables; "
          "'sink-both' = sink plan exported for cpu and cuda, --target both)")
@@ -366,7 +366,7 @@ def load_native_py(path):
     """A session whose native kernels are called from Python (`native.NativeKernel`,
     the fallback where jax's internals differ), for comparison."""
     import executor
-    from aotplan import native
+    from aotplan.core import native
 
     adopt, native.adopt = native.adopt, lambda *a: None
     log = logging.getLogger("aotplan")
@@ -394,7 +394,7 @@ def ready_plan(path, native, feeds, warmup=True):
 
 
 def ready_peer(model_path, as_args):
-    from aotplan import model_json
+    from aotplan.core import model_json
 
     t0 = time.perf_counter()
     graph, _ = model_json.load(model_path)
@@ -496,7 +496,7 @@ def fresh_readiness(models, args):
                     verdict = "ok" if after_x >= READY_TARGET else "MISS"
         print(f"{n:12s} {k:22s} " + " ".join(fmt_s(v) for v in med[:5]) + f" {med[5]:9.0f} {rs[0][6]:>9s} "
               f"{ratio:>9s} {after:>9s} {target:>7s} {verdict:4s}", flush=True)
-    print("   imports: import jax + executor (plans) or + aotplan.model_json (peers; the compiler is imported while "
+    print("   imports: import jax + executor (plans) or + aotplan.core.model_json (peers; the compiler is imported while "
           "building)\n   peak MiB: the process's peak resident memory over its resident memory before loading "
           "(host memory the load and first run took)\n   peer/this: the faster peer's total over this one's; "
           "after imp: the same for load + 1st run (readiness after `import jax`, as section 3, but with JAX's "

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 import executor
-from aotplan import codec, model_json
+from aotplan.core import codec, model_json
 from benchutil import timed
 from compiler import pipeline, reference
 

@@ -12,7 +12,7 @@ launch synchronised). Each launch gives a point (features, seconds) for its row,
 class and format family (compiler/passes/format_cost.py), conversions included; per row
 `a + b * flops + c * bytes` (a, b, c >= 0) is fitted. Run it on the target, with the machine
 otherwise idle, and commit the table: compiles that use it stay deterministic. The
-table records the XLA options the kernels were compiled with (aotplan/xla_options.py):
+table records the XLA options the kernels were compiled with (aotplan/core/xla_options.py):
 a change to those options changes the kernels, so it needs a new table (a test says so).
 """
 
@@ -64,7 +64,7 @@ def samples():
 
 
 def graph_of(name, inputs, node, consts):
-    from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+    from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 
     rng = np.random.default_rng(0)
     op, attrs = node
@@ -88,7 +88,7 @@ def main():
     import jax
 
     import executor
-    from aotplan import codec, model_json, xla_options
+    from aotplan.core import codec, model_json, xla_options
     from compiler import pipeline
     from compiler.passes import format_cost
     from executor import tools

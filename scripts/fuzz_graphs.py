@@ -33,7 +33,7 @@ import graph_gen  # noqa: E402
 
 def compile_and_run(graph, launch, opts, feeds):
     import executor
-    from aotplan import codec, model_json
+    from aotplan.core import codec, model_json
     from compiler import pipeline
 
     res = pipeline.compile_graph(graph, model_json.graph_digest(graph), pipeline.Options(launch=launch, **opts))
@@ -42,7 +42,7 @@ def compile_and_run(graph, launch, opts, feeds):
 
 
 def save(graph, feeds, where):
-    from aotplan import model_json
+    from aotplan.core import model_json
 
     os.makedirs(where, exist_ok=True)
     model_json.save(graph, os.path.join(where, "model.json"))

@@ -9,8 +9,8 @@ import os
 
 import numpy as np
 
-from aotplan import model_json
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from aotplan.core import model_json
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plans", "examples")
 

@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import gen_examples  # noqa: E402  (beside this script)
-from aotplan import model_json  # noqa: E402
+from aotplan.core import model_json  # noqa: E402
 
 OUT = os.path.join(ROOT, "plans", "bench")
 

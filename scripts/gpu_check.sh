@@ -129,7 +129,7 @@ for model in mlp cnn transformer; do
                 "$PY" -m aotplan.cli replay "$plan" --random-inputs --steps 20 --check-alloc
         fi
         # the replay line names kernels that took a slower path than the plan's own
-        # (executor.kernels.paths_note): on this device, a direct compile or adoption failed
+        # (aotplan.core.kernels.paths_note): on this device, a direct compile or adoption failed
         slow="$(tail -n "+$((n0 + 1))" "$OUT_DIR/2_compile_replay.log" \
             | grep -o "[0-9]* of [0-9]* [a-z]* via exported.call\|[0-9]* of [0-9]* native, called from Python" || true)"
         if [ -n "$slow" ]; then

@@ -13,8 +13,8 @@ import os
 
 import numpy as np
 
-from aotplan import codec, model_json
-from aotplan.fileio import atomic_write
+from aotplan.core import codec, model_json
+from aotplan.core.fileio import atomic_write
 from compiler import pipeline, reference
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plans")

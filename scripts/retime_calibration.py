@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
 import calibrate_formats as cf
 import executor
-from aotplan import xla_options, model_json, codec
+from aotplan.core import xla_options, model_json, codec
 from compiler import pipeline
 from compiler.passes import format_cost
 from executor import tools

@@ -36,7 +36,7 @@ def main():
     import numpy as np
 
     import executor
-    from aotplan import dtypes
+    from aotplan.core import dtypes
     from executor import tools
 
     plan_path = a.plan

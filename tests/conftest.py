@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from aotplan import codec, model_json
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from aotplan.core import codec, model_json
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "plans", "examples")
@@ -31,7 +31,7 @@ def _no_adoption_left_running():
 
 def one_node_graph(op, inputs, consts=(), n_out=1, **attrs):
     """inputs: [(name, array)] graph inputs; consts: [(name, array)] constants."""
-    from aotplan import dtypes
+    from aotplan.core import dtypes
 
     ins = tuple(TensorInfo(n, dtypes.dtype_name(a.dtype), a.shape) for n, a in inputs)
     cs = tuple(Constant(n, dtypes.dtype_name(a.dtype), a.shape, a) for n, a in consts)

@@ -96,7 +96,7 @@ def compare(case, got, want):
 def run_aotplan(case):
     """Import -> compile -> codec -> executor -> compare. Raises on any difference."""
     import executor
-    from aotplan import codec, model_json
+    from aotplan.core import codec, model_json
     from compiler import pipeline
     from compiler.frontends import onnx_import
 

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from aotplan import formats, intervals, verify
-from aotplan.errors import LimitError, PlanError
+from aotplan.core import formats, intervals, verify
+from aotplan.core.errors import LimitError, PlanError
 from compiler.passes import liveness, plan_memory
 
 

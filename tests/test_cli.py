@@ -36,7 +36,7 @@ def test_replay_random_inputs(mlp_plan, tmp_path):
 def test_replay_names_kernels_on_a_slower_path(mlp_plan, monkeypatch):
     """The load line says "(stablehlo kernels)" when every kernel took the plan's own
     path, and names those that fell back to jax.export's call lowering."""
-    from executor import kernels
+    from aotplan.core import kernels
 
     r = CliRunner().invoke(main, ["replay", mlp_plan, "--random-inputs", "--steps", "1"])
     assert r.exit_code == 0 and "(stablehlo kernels);" in r.output, r.output
@@ -145,10 +145,10 @@ def test_replay_step_times_in_bounded_memory():
     to `keep`, then a uniform random sample; min, max and first exact. Periodic step
     times (alternating 1 and 3 ms) are sampled in both phases (an evenly strided sample
     kept only one: median 1 ms)."""
-    from aotplan.cli import _StepTimes
+    from aotplan.cli.replay_cmd import StepTimes
 
     for n in (1, 7, 8, 9, 100, 1000):
-        st = _StepTimes(keep=8)
+        st = StepTimes(keep=8)
         xs = np.random.default_rng(n).permutation(n).astype(float) + 1
         for x in xs:
             st.add(x)
@@ -160,7 +160,7 @@ def test_replay_step_times_in_bounded_memory():
         text = st.summary()
         assert text.startswith(f"median {np.median(kept) * 1e3:.3f} ms") and f"max {n * 1e3:.3f} ms" in text
         assert ("(of a random sample of 8 steps)" in text) == (n > 8)
-    st = _StepTimes(keep=1000)
+    st = StepTimes(keep=1000)
     for i in range(20000):
         st.add(1e-3 if i % 2 else 3e-3)
     assert 0.4 < np.mean(st.buf == 1e-3) < 0.6
@@ -291,17 +291,18 @@ def test_not_json(tmp_path):
 
 
 def test_cli_pass_names_match_the_pipeline():
-    from aotplan import cli
+    from aotplan.cli import compile_cmd
     from compiler import pipeline
 
-    assert cli._PASS_NAMES == pipeline.CLEANUP_PASSES
+    assert compile_cmd.PASS_NAMES == pipeline.CLEANUP_PASSES
 
 
 def test_cli_launch_modes_match_the_plan_schema():
-    from aotplan import cli, plan
+    from aotplan.cli import compile_cmd
+    from aotplan.core import plan
     from compiler import pipeline
 
-    assert cli._LAUNCH_MODES == plan.LAUNCH_MODES == pipeline.LAUNCH_MODES
+    assert compile_cmd.LAUNCH_MODES == plan.LAUNCH_MODES == pipeline.LAUNCH_MODES
 
 
 @pytest.fixture(scope="module")
@@ -558,11 +559,11 @@ def test_repeated_freeze_input_and_input_shape(tmp_path):
     assert r.exit_code == 2 and "--freeze-input x: given twice" in r.output, r.output
     r = CliRunner().invoke(main, ["compile", path, "--freeze-input", "x"])
     assert r.exit_code == 2 and "--freeze-input 'x': expected NAME=FILE.npy" in r.output, r.output
-    from aotplan.cli import _parse_shapes
-    from aotplan.errors import AotplanError
+    from aotplan.cli.models import parse_shapes
+    from aotplan.core.errors import AotplanError
 
     with pytest.raises(AotplanError, match="--input-shape x: given twice"):
-        _parse_shapes(["x=1,2", "x=1,3"])
+        parse_shapes(["x=1,2", "x=1,3"])
 
 
 def test_version_is_the_package_version():
@@ -633,7 +634,7 @@ def test_plan_errors_name_the_file(tmp_path):
 
 
 def test_check_compares_float64_as_the_float32_it_is_computed_in():
-    from compiler import check as chk
+    from aotplan import check as chk
 
     assert chk.tolerance("float64", None, None) == chk.tolerance("float32", None, None) != (0.0, 0.0)
     assert chk.tolerance("int64", None, None) == (0.0, 0.0)
@@ -651,7 +652,7 @@ def test_weights_file_that_is_a_directory_or_big_endian(tmp_path):
     with np.load(tmp_path / "w.npz") as z:
         arrays = {k: z[k] for k in z.files}
     np.savez(tmp_path / "weights.npz", **{k: v.astype(v.dtype.newbyteorder(">")) for k, v in arrays.items()})
-    from aotplan import model_json
+    from aotplan.core import model_json
 
     graph, digest = model_json.load(path)
     for c in graph.constants:

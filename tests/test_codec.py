@@ -8,14 +8,14 @@ import msgpack
 import numpy as np
 import pytest
 
-from aotplan import codec
-from aotplan.errors import PlanError
+from aotplan.core import codec
+from aotplan.core.errors import PlanError
 
 
 @pytest.fixture(scope="module")
 def mlp(examples):
     """The MLP's sink plan with every weight in the pool (none inline): a data section."""
-    from aotplan import model_json
+    from aotplan.core import model_json
     from compiler import pipeline
 
     graph = examples["mlp"][0]

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 from compiler import reference
 from compiler.ops import nn
 from conftest import compile_and_load, random_feeds

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import executor
-from aotplan import codec, native
-from aotplan.errors import PlanError
+from aotplan.core import codec, native
+from aotplan.core.errors import PlanError
 from conftest import EXAMPLES, ROOT, random_feeds
 
 KEY = b"k" * 32
@@ -21,7 +21,7 @@ KEY = b"k" * 32
 @pytest.fixture(scope="module")
 def native_plan(examples):
     """The CNN example as a sink plan with embedded executables, and its graph."""
-    from aotplan import model_json
+    from aotplan.core import model_json
     from compiler import pipeline
 
     graph, digest = model_json.load(os.path.join(EXAMPLES, "cnn", "model.json"))
@@ -127,7 +127,7 @@ def test_native_kernels_called_from_python_until_adopted(which, native_plan, nat
     outputs are the same bit for bit before and after, and the arena stays in place."""
     import jax
 
-    from executor import kernels
+    from aotplan.core import kernels
 
     graph, plan = native_plan if which == "sink" else native_kernel_plan
     path = _write(tmp_path, plan)
@@ -161,7 +161,7 @@ def test_transfer_guard_refuses_numpy_feeds_alike_on_every_call_path(trusted, na
     transfers are its own, works under the guard; device arrays pass."""
     import jax
 
-    from aotplan.errors import FeedError
+    from aotplan.core.errors import FeedError
 
     graph, plan = native_plan
     path = _write(tmp_path, plan)
@@ -221,7 +221,7 @@ def test_steps_from_threads_while_native_kernels_are_adopted(native_kernel_plan,
 def test_native_kernel_jax_cannot_adopt_stays_called_from_python(native_plan, tmp_path, monkeypatch, caplog):
     """Where the background adoption fails, the kernel keeps its direct call (same
     numbers), and the log (once) and `kernel_paths` (so `replay`'s load line) say so."""
-    from executor import kernels
+    from aotplan.core import kernels
     from executor import session as session_mod
 
     graph, plan = native_plan
@@ -251,7 +251,7 @@ def test_wait_ready_from_threads_and_without_threads(native_plan, tmp_path, monk
     and wait_ready adopts in the caller's thread."""
     import threading
 
-    from executor import kernels
+    from aotplan.core import kernels
 
     graph, plan = native_plan
     path = _write(tmp_path, plan)
@@ -292,7 +292,7 @@ def test_wait_ready_from_threads_and_without_threads(native_plan, tmp_path, monk
 def native_kernel_plan(examples):
     """The CNN example in kernel mode with embedded executables: many kernels, shared
     ones taking offsets, an output kernel that does not donate the arena."""
-    from aotplan import model_json
+    from aotplan.core import model_json
     from compiler import pipeline
 
     graph, digest = model_json.load(os.path.join(EXAMPLES, "cnn", "model.json"))
@@ -309,7 +309,7 @@ def test_kernels_called_through_a_stand_in(which, native_plan, native_kernel_pla
     where the check fails), bit for bit, and the arena stays in place."""
     import jax
 
-    from executor import kernels
+    from aotplan.core import kernels
 
     graph, plan = native_plan if which == "sink" else native_kernel_plan
     assert plan.launch_mode == which and (which == "sink" or len(plan.kernels) > 3)
@@ -349,7 +349,7 @@ def test_stand_in_only_for_plain_programs():
     import jax
     import jax.numpy as jnp
 
-    from executor import kernels
+    from aotplan.core import kernels
 
     spec = jax.ShapeDtypeStruct((4, 4), np.float32)
     plain = jax.export.export(jax.jit(lambda a, x: (a, x @ x)))(spec, spec)
@@ -372,7 +372,7 @@ def test_multi_platform_kernel_compiled_for_this_platform(platforms):
     import jax
     import jax.numpy as jnp
 
-    from executor import kernels
+    from aotplan.core import kernels
     from executor import session as session_mod
 
     spec = jax.ShapeDtypeStruct((8,), np.float32)
@@ -626,7 +626,7 @@ def test_targets_cpu_and_cuda(examples, tmp_path):
             executor.load(_write(tmp_path, cuda, "cuda.plan"))
         # executables are compiled for this host's device: none can be embedded for cuda
         # here, and asking for them is an error rather than a plan silently without them
-        from aotplan.errors import ModelError
+        from aotplan.core.errors import ModelError
 
         with pytest.raises(ModelError, match=r"cannot embed executables.*\(cpu\).*not among the targets \(cuda\)"):
             pipeline.compile_graph(graph, plan.provenance.model_digest,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jax.numpy as jnp
-from aotplan.graph import Node, freeze
+from aotplan.core.graph import Node, freeze
 from compiler.ops import nn
 
 R = np.random.default_rng(2032)

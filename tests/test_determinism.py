@@ -33,7 +33,7 @@ def test_parallel_compiles_give_the_same_plan(kernel_examples):
     """Kernels compile on a thread pool (`--jobs`): a plan of several kernels is
     byte-identical whatever the number. (Embedded executables are not byte-stable even
     compiled twice in one thread: they get built, and their workspaces match.)"""
-    from aotplan import codec, model_json
+    from aotplan.core import codec, model_json
     from compiler import pipeline
 
     g, plan0 = kernel_examples["cnn"][:2]

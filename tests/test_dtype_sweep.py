@@ -9,9 +9,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from aotplan import dtypes
-from aotplan.errors import PlanError
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from aotplan.core import dtypes
+from aotplan.core.errors import PlanError
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 from conftest import compile_and_load
 
 R = np.random.default_rng(21)
@@ -305,7 +305,7 @@ def test_target_both_runs_here_and_cuda_only_is_refused_by_name():
 
 def test_signed_embedded_plan_trust_and_wrong_key(tmp_path):
     import executor
-    from aotplan import codec, model_json
+    from aotplan.core import codec, model_json
     from compiler import pipeline
 
     g, x, want = _small_cnn()

@@ -7,9 +7,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from aotplan import dtypes, model_json
-from aotplan.errors import FeedError, LimitError
-from aotplan.graph import Constant, Graph, Node, TensorInfo
+from aotplan.core import dtypes, model_json
+from aotplan.core.errors import FeedError, LimitError
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo
 from conftest import compile_and_load
 
 R = np.random.default_rng(7)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from aotplan.errors import FeedError
+from aotplan.core.errors import FeedError
 from conftest import random_feeds
 
 

@@ -9,8 +9,8 @@ import threading
 import numpy as np
 import pytest
 
-from aotplan.errors import AotplanError
-from aotplan.fileio import atomic_write, npz_bytes, refuse_overwriting
+from aotplan.core.errors import AotplanError
+from aotplan.core.fileio import atomic_write, npz_bytes, refuse_overwriting
 
 
 def test_new_file_gets_the_umask_and_an_old_file_keeps_its_mode(tmp_path):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from aotplan import codec, formats
-from aotplan.errors import LimitError, PlanError
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from aotplan.core import codec, formats
+from aotplan.core.errors import LimitError, PlanError
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 
 POLICIES = ("default", "nhwc", "aligned", "blocked")
 
@@ -211,7 +211,7 @@ def test_policies_match_reference(model, policy, mode):
 def test_examples_match_reference_under_policies(name, policy):
     import os
 
-    from aotplan import model_json
+    from aotplan.core import model_json
     from compiler import reference
     from conftest import EXAMPLES, compile_and_load
 
@@ -309,7 +309,7 @@ def test_plan_records_formats(policy):
 def test_verifier_refuses_inconsistent_format():
     import dataclasses
 
-    from aotplan import verify
+    from aotplan.core import verify
 
     _, plan, _ = _PLANS["odd_cnn", "blocked", "kernel"]
     i = next(i for i, t in enumerate(plan.tensors) if t.format.startswith("nc1hwc0"))
@@ -324,7 +324,7 @@ def test_verifier_refuses_inconsistent_format():
 def test_hidden_relayouts_counted():
     """XLA's CPU convolution relayouts NCHW operands inside the kernel; in nhwc it
     needs none. The compile reports the transposes and copies of the compiled HLO."""
-    from aotplan import model_json
+    from aotplan.core import model_json
     from compiler import pipeline
 
     g = _odd_cnn()
@@ -418,10 +418,10 @@ def test_shipped_calibration_table_is_well_formed():
 
 def test_shipped_calibration_table_measured_the_kernels_we_compile():
     """The table's times hold for kernels compiled with aotplan's XLA options: changing
-    those options (aotplan/xla_options.py) changes the kernels and needs a new table
+    those options (aotplan/core/xla_options.py) changes the kernels and needs a new table
     (scripts/calibrate_formats.py). A table measured before the options changed once made
     auto choose default on the UNet structure, whose nhwc plans ran 0.83x as long."""
-    from aotplan import xla_options
+    from aotplan.core import xla_options
     from compiler.passes import format_cost
 
     assert format_cost.load("cpu").get("xla_options") == xla_options.CPU, \
@@ -429,7 +429,7 @@ def test_shipped_calibration_table_measured_the_kernels_we_compile():
 
 
 def test_formatted_plans_are_deterministic():
-    from aotplan import model_json
+    from aotplan.core import model_json
     from compiler import pipeline
 
     g = _odd_cnn()
@@ -448,7 +448,7 @@ def test_verifier_refuses_formatted_views():
 
     import os
 
-    from aotplan import model_json, verify
+    from aotplan.core import model_json, verify
     from compiler import pipeline
     from conftest import EXAMPLES
 

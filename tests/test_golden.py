@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import executor
-from aotplan import codec
-from aotplan.errors import PlanError
+from aotplan.core import codec
+from aotplan.core.errors import PlanError
 from conftest import ROOT
 
 GOLDEN = sorted(glob.glob(os.path.join(ROOT, "plans", "golden", "v*", "*.plan")))

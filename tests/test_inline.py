@@ -9,12 +9,12 @@ import jax
 import numpy as np
 import pytest
 
-from aotplan import codec, verify
-from aotplan.errors import PlanError
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from aotplan.core import codec, verify
+from aotplan.core.errors import PlanError
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 from compiler import pipeline, reference
 from conftest import compile_and_load, random_feeds
-from executor import kernels
+from aotplan.core import kernels
 
 
 def _inline(plan):
@@ -129,7 +129,7 @@ def test_verify_refuses_bad_inline_constants(mode_examples):
     _refused(with_tensor(offset=64), "only constants are inline")
     _refused(dataclasses.replace(plan, launch_mode="kernel"), "a kernel-mode plan compiles no constants")
     # its values are the kernel's: a data row for it is refused
-    from aotplan.plan import PlanConstant
+    from aotplan.core.plan import PlanConstant
     _refused(dataclasses.replace(plan, constants=(PlanConstant(i, bytes(t.nbytes)),)), "an inline constant")
     # the memory it states
     _refused(dataclasses.replace(plan, memory=dataclasses.replace(plan.memory, inline_constant_bytes=0)),

@@ -1,10 +1,10 @@
-"""aotplan.intervals: the overlap sweep against an all-pairs check, the lower bound
+"""aotplan.core.intervals: the overlap sweep against an all-pairs check, the lower bound
 against a per-step sum, and both at 100,000 intervals."""
 
 from hypothesis import given, settings, strategies as st
 
-from aotplan import formats, intervals
-from aotplan.intervals import Interval
+from aotplan.core import formats, intervals
+from aotplan.core.intervals import Interval
 
 
 def iv(t, first, last, nbytes):

@@ -13,16 +13,16 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from aotplan import codec, fileio
+from aotplan.core import codec, fileio
 from aotplan.cli import main as cli
-from aotplan.errors import PlanError
+from aotplan.core.errors import PlanError
 from conftest import EXAMPLES
 from executor import isolate
 
 
 @pytest.fixture(scope="module")
 def mlp_plan(tmp_path_factory, examples):
-    from aotplan import model_json
+    from aotplan.core import model_json
     from compiler import pipeline
 
     graph = examples["mlp"][0]  # every weight in the pool: the kernel's bytes are its program, not weights

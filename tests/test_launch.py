@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from aotplan import codec
+from aotplan.core import codec
 from compiler import reference
 from conftest import EXAMPLE_NAMES, LAUNCH_MODES, compile_and_load, random_feeds
 from executor import tools
@@ -131,7 +131,7 @@ def test_device_arrays_in_and_out(examples):
     assert all(isinstance(v, jax.Array) for v in out.values())
     for k in want:
         np.testing.assert_array_equal(np.asarray(out[k]), want[k])
-    from aotplan.errors import FeedError
+    from aotplan.core.errors import FeedError
 
     with pytest.raises(FeedError, match="expected float32"):
         sess.run({k: jnp.zeros(v.shape, jnp.int32) for k, v in feeds.items()})
@@ -171,7 +171,8 @@ def test_check_names_the_first_bad_launch(kernel_examples):
     import dataclasses
 
     import executor
-    from compiler import check, pipeline
+    from aotplan import check
+    from compiler import pipeline
 
     graph, plan, _ = kernel_examples["mlp"]
     opts = pipeline.Options(launch="kernel")
@@ -202,7 +203,7 @@ def test_plan_larger_than_free_device_memory_is_refused(examples):
     """Where a device reports its memory (GPUs), a plan that cannot fit is refused
     before anything is allocated."""
     import executor
-    from aotplan.errors import PlanError
+    from aotplan.core.errors import PlanError
 
     _, plan, _ = examples["cnn"]
     real = jax.devices()[0]

@@ -1,5 +1,7 @@
-"""Inference hosts have the executor, not the compiler: `replay` and `inspect` must work
-where `compiler` cannot be imported, and executor/ must never import it."""
+"""The layers: the core imports neither the compiler nor the executor, the two never
+import each other, and the commands sit on top (import-linter's contracts in
+pyproject.toml). Inference hosts have the executor, not the compiler: `replay` and
+`inspect` must work where `compiler` cannot be imported."""
 
 import os
 import re
@@ -23,6 +25,29 @@ finally:
 """
 
 
+def test_layer_contracts_hold():
+    r = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports; "
+                        "sys.exit(lint_imports(no_cache=True, no_logo=True))"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 broken" in r.stdout and "1 kept" in r.stdout, r.stdout
+
+
+def test_layer_contracts_catch_a_broken_rule(tmp_path):
+    """The contracts are not vacuous: a compiler module that imports the executor inside
+    a function (as the compiler once did) breaks them."""
+    import shutil
+
+    for d in ("aotplan", "compiler", "executor"):
+        shutil.copytree(os.path.join(ROOT, d), tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path)
+    with open(tmp_path / "compiler" / "reference.py", "a") as f:
+        f.write("\n\ndef _late():\n    from executor import tools  # noqa\n")
+    r = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, '.'); from importlinter.cli import "
+                        "lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"],
+                       cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert r.returncode != 0 and "compiler.reference -> executor.tools" in r.stdout, r.stdout + r.stderr
+
+
 def test_executor_sources_never_import_compiler():
     pat = re.compile(r"^\s*(from|import)\s+compiler\b", re.M)
     for dirpath, _, files in os.walk(os.path.join(ROOT, "executor")):
@@ -33,7 +58,7 @@ def test_executor_sources_never_import_compiler():
 
 
 def test_replay_and_inspect_without_compiler(examples, tmp_path):
-    from aotplan import codec
+    from aotplan.core import codec
 
     plan = tmp_path / "mlp.plan"
     plan.write_bytes(codec.encode(examples["mlp"][1]))

@@ -13,8 +13,8 @@ are the hand-made models, each under the option sets where it stresses most."""
 import numpy as np
 import pytest
 
-from aotplan import codec, model_json
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from aotplan.core import codec, model_json
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 from compiler import pipeline, reference
 
 RAW = reference.oracle_options()

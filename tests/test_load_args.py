@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import executor
-from aotplan import codec
-from aotplan.errors import PlanError
+from aotplan.core import codec
+from aotplan.core.errors import PlanError
 from executor import session
 from conftest import EXAMPLES, ROOT
 
@@ -24,7 +24,7 @@ KEY = b"k" * 32
 
 
 def _compile(name, **opts):
-    from aotplan import model_json
+    from aotplan.core import model_json
     from compiler import pipeline
 
     graph, digest = model_json.load(os.path.join(EXAMPLES, name, "model.json"))
@@ -62,7 +62,7 @@ import json, os, sys
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
 import jax, numpy as np
 import executor
-from aotplan import native
+from aotplan.core import native
 
 paths = json.loads(sys.argv[1])
 d0, d1 = jax.devices()[:2]
@@ -274,7 +274,7 @@ def test_flags_must_be_booleans(plan_files, flag):
 
 
 def test_progress_must_be_callable_and_device_outputs_a_boolean(plan_files, examples):
-    from aotplan.errors import FeedError
+    from aotplan.core.errors import FeedError
 
     missing = str(plan_files["sink"]) + ".missing"  # checked before the file is read
     with pytest.raises(PlanError, match=r"^executor.load: progress must be None or a function of one str, got int 5$"):

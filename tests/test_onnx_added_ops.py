@@ -16,7 +16,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
-from aotplan.errors import ModelError, ShapeError  # noqa: E402
+from aotplan.core.errors import ModelError, ShapeError  # noqa: E402
 from test_onnx_semantics import _compile, _model, _ort, _vi  # noqa: E402
 
 R = np.random.default_rng(2027)

@@ -13,7 +13,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
-from aotplan.errors import ModelError, ShapeError  # noqa: E402
+from aotplan.core.errors import ModelError, ShapeError  # noqa: E402
 from test_onnx_added_ops import _check, _prepare  # noqa: E402
 from test_onnx_semantics import _model, _vi  # noqa: E402
 
@@ -79,7 +79,7 @@ def test_scatter_9_and_hardmax_11_forms():
 
 
 def test_one_hot_in_model_json_takes_depth_as_an_attribute():
-    from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+    from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
     from conftest import compile_and_load
 
     g = Graph("t", (TensorInfo("i", "int32", (3,)),), ("y",),
@@ -151,7 +151,7 @@ def test_index_ops_on_empty_tensors(axis):
     with no index rows into an empty axis read and write nothing: empty results, both
     folded from constants and at run time (the model fuzzer found argmax and jax's
     indexing raising here)."""
-    from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+    from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
     from conftest import compile_and_load
 
     g = Graph("t", (TensorInfo("x", "float32", (0, 3)),), ("y", "z", "w", "g", "s", "gc"),
@@ -174,7 +174,7 @@ def test_index_ops_on_empty_tensors(axis):
 
 
 def test_gather_nd_into_an_empty_axis_is_refused():
-    from aotplan.graph import Constant, Graph, Node, TensorInfo
+    from aotplan.core.graph import Constant, Graph, Node, TensorInfo
     from compiler import pipeline
 
     g = Graph("t", (TensorInfo("x", "float32", (0, 3)),), ("g",), (Node("gn", "gather_nd", ("x", "i"), ("g",)),),

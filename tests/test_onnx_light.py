@@ -17,7 +17,7 @@ RTOL, ATOL = 1e-4, 1e-6
 
 def compile_model(model, name, launch="sink", **opts):
     import executor
-    from aotplan import codec, model_json
+    from aotplan.core import codec, model_json
     from compiler import pipeline
     from compiler.frontends import onnx_import
 

@@ -13,7 +13,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
-from aotplan.errors import LimitError, ModelError  # noqa: E402
+from aotplan.core.errors import LimitError, ModelError  # noqa: E402
 from test_onnx_added_ops import _check, _ort, _prepare  # noqa: E402
 from test_onnx_semantics import _model, _vi  # noqa: E402
 
@@ -153,7 +153,7 @@ def test_loop_survives_a_model_json_round_trip(tmp_path):
     """`aotplan import onnx` writes the loop markers into model.json; compiling that
     file unrolls them as compiling the .onnx does."""
     import executor
-    from aotplan import model_json
+    from aotplan.core import model_json
     from compiler import pipeline
     from compiler.frontends import onnx_import
 
@@ -209,7 +209,7 @@ def test_loop_errors(make, err, match):
 
 def _marker_graph(enter_attrs=None, exit_attrs=None, exit_inputs=("c", "v1"), exit_outputs=("y",), enter="L"):
     """x -> loop_enter(M, x) -> (i, c, v) ; v1 = v + v ; loop_exit -> y, as a model.json may hold it."""
-    from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+    from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 
     nodes = [Node("L", "loop_enter", ("m", "x"), ("i", "c", "v"), freeze(enter_attrs or {"trip_count": True})),
              Node("a", "add", ("v", "v"), ("v1",))]

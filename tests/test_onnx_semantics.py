@@ -11,7 +11,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper, numpy_helper  # noqa: E402
 
-from aotplan.errors import ModelError  # noqa: E402
+from aotplan.core.errors import ModelError  # noqa: E402
 
 R = np.random.default_rng(11)
 
@@ -31,7 +31,7 @@ def _compile(model, launch="sink", **options):
     """Import -> compile (pipeline.Options: `launch` and any other `options`) -> codec ->
     executor: (plan, session)."""
     import executor
-    from aotplan import codec, model_json
+    from aotplan.core import codec, model_json
     from compiler import pipeline
     from compiler.frontends import onnx_import
 

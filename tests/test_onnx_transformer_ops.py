@@ -12,7 +12,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
-from aotplan.errors import ModelError, ShapeError  # noqa: E402
+from aotplan.core.errors import ModelError, ShapeError  # noqa: E402
 from test_onnx_added_ops import _check, _prepare  # noqa: E402
 from test_onnx_semantics import _model, _vi  # noqa: E402
 

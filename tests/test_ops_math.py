@@ -8,9 +8,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from aotplan import dtypes
-from aotplan.errors import ModelError, ShapeError
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from aotplan.core import dtypes
+from aotplan.core.errors import ModelError, ShapeError
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 from conftest import compile_and_load, one_node_graph
 
 R = np.random.default_rng(4321)

@@ -4,7 +4,7 @@ off switch, and outputs within tolerance with every pass on or off."""
 import numpy as np
 import pytest
 
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 from compiler import pipeline, reference
 from compiler.passes import bn_fold, cse, dce, fold, identity
 from conftest import EXAMPLE_NAMES, compile_and_load, one_node_graph, random_feeds
@@ -129,7 +129,7 @@ def test_fold_shape_chain_into_reshape():
 
 
 def test_static_input_fed_by_graph_input_is_a_clear_error_and_freezable():
-    from aotplan.errors import ModelError
+    from aotplan.core.errors import ModelError
 
     g = Graph("g", (X, TensorInfo("s", "int64", (2,))), ("y",), (N("y", "reshape", ["x", "s"]),), ())
     with pytest.raises(ModelError, match=r"node 'y' \(reshape\): input 's' \(shape\) must be known at compile time"):
@@ -276,7 +276,7 @@ def test_empty_names_at_the_end_of_the_inputs_are_omitted_optional_inputs():
     """ONNX writes an omitted optional input as "": at the end of a node's inputs (gemm's
     C, conv's bias) it is dropped, as if the list stopped before it; anywhere else (not a
     static input) it is an error naming the position."""
-    from aotplan.errors import ModelError
+    from aotplan.core.errors import ModelError
     from compiler.passes import validate
 
     x, w = TensorInfo("x", "float32", (2, 3)), Constant("w", "float32", (3, 4), np.ones((3, 4), np.float32))

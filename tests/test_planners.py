@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from aotplan import formats, intervals
-from aotplan.intervals import Interval
+from aotplan.core import formats, intervals
+from aotplan.core.intervals import Interval
 from compiler import planners
 from compiler.passes import liveness, plan_memory
 
@@ -588,7 +588,7 @@ def test_20k_tensors_live_at_once_after_a_chain():
 
 
 def test_unknown_planner_is_refused():
-    from aotplan.errors import ModelError
+    from aotplan.core.errors import ModelError
 
     with pytest.raises(ModelError, match="best"):
         plan_memory.run(liveness.Liveness((), (), ()), "nope")

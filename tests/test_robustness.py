@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from aotplan import codec
+from aotplan.core import codec
 from aotplan.cli import main
 from conftest import EXAMPLES
 
@@ -174,8 +174,8 @@ def test_ctrl_c_swallowed_in_a_gc_callback_still_interrupts(plan_file, tmp_path)
 def test_plan_with_swapped_kernel_roles_is_refused(kernel_examples):
     import dataclasses
 
-    from aotplan import verify
-    from aotplan.errors import PlanError
+    from aotplan.core import verify
+    from aotplan.core.errors import PlanError
 
     plan = kernel_examples["mlp"][1]
     l = plan.launches
@@ -192,7 +192,7 @@ def test_output_kernel_results_checked(kernel_examples):
     import dataclasses
 
     import executor
-    from aotplan.errors import PlanError
+    from aotplan.core.errors import PlanError
 
     plan = kernel_examples["mlp"][1]
     i = plan.outputs[0]
@@ -212,8 +212,8 @@ def test_unreadable_stablehlo_is_one_error(examples, damage):
     import jax
 
     import executor
-    from aotplan.errors import PlanError
-    from executor.kernels import load_kernel
+    from aotplan.core.errors import PlanError
+    from aotplan.core.kernels import load_kernel
 
     plan = examples["mlp"][1]
     k = plan.kernels[0]

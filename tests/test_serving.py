@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from aotplan.errors import FeedError
+from aotplan.core.errors import FeedError
 from compiler import reference
 from conftest import compile_and_load, one_node_graph, random_feeds
 import executor
@@ -137,7 +137,7 @@ def test_nan_and_inf_pass_through(mode_examples, mode):
 def test_weights_leave_host_memory_once_on_a_separate_device(kernel_examples, tmp_path, monkeypatch):
     """Where device memory is not host memory, the session drops its host copy of the
     weights once they are placed (here the CPU plays such a device) and still runs."""
-    from aotplan import codec
+    from aotplan.core import codec
     from executor import session as session_mod
 
     import executor
@@ -208,7 +208,7 @@ def test_device_outputs_do_not_read_the_callers_buffer_later():
     """On CPU, XLA may read a numpy feed after `run` returns (async dispatch): with
     device_outputs=True the session copies it first, so refilling it is safe. (A step
     of three 768x768 matmuls outlasts the refill; without the copy the outputs change.)"""
-    from aotplan.graph import Graph, Node, TensorInfo
+    from aotplan.core.graph import Graph, Node, TensorInfo
     from conftest import compile_and_load
 
     n = 768
@@ -229,7 +229,7 @@ _FORK_CHILD = r"""
 import os, sys, warnings
 import numpy as np
 import executor
-from aotplan.errors import ForkError
+from aotplan.core.errors import ForkError
 
 warnings.simplefilter("ignore")  # jax's own warning about fork
 
@@ -265,7 +265,7 @@ def test_a_fork_after_jax_started_is_an_error_not_a_hang(examples, tmp_path):
     import subprocess
     import sys
 
-    from aotplan import codec
+    from aotplan.core import codec
     from conftest import ROOT
 
     path = tmp_path / "mlp.plan"

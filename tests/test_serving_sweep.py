@@ -10,7 +10,7 @@ import pytest
 
 from conftest import EXAMPLES, compile_and_load, random_feeds
 import executor
-from aotplan import model_json
+from aotplan.core import model_json
 from executor import tools
 
 

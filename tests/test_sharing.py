@@ -6,9 +6,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from aotplan import codec, verify
-from aotplan.errors import PlanError
-from aotplan.graph import Graph, Node, TensorInfo, freeze
+from aotplan.core import codec, verify
+from aotplan.core.errors import PlanError
+from aotplan.core.graph import Graph, Node, TensorInfo, freeze
 from compiler import pipeline, reference
 from compiler.passes import schedule
 from conftest import EXAMPLE_NAMES, compile_and_load, random_feeds
@@ -143,7 +143,7 @@ def test_memory_schedule_never_worse_and_helps_branches():
     for name in EXAMPLE_NAMES:
         import os
 
-        from aotplan import model_json
+        from aotplan.core import model_json
         from conftest import EXAMPLES
 
         graph, _ = model_json.load(os.path.join(EXAMPLES, name, "model.json"))
@@ -179,7 +179,7 @@ def test_concat_inputs_placed_in_their_slices(batch):
     """Two convs concatenated on channels: each writes straight into its slice of the
     concat (one run per batch index), the concat runs no launch; same numbers as with
     placement off. With batch > 1 every part is `batch` runs, one concat row apart."""
-    from aotplan.graph import Constant
+    from aotplan.core.graph import Constant
 
     rng = np.random.default_rng(batch)
     w1 = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)

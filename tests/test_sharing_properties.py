@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aotplan.graph import Graph, Node, TensorInfo, freeze
+from aotplan.core.graph import Graph, Node, TensorInfo, freeze
 from compiler import pipeline, planners, reference
 from conftest import compile_and_load
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from aotplan import codec, model_json
+from aotplan.core import codec, model_json
 from aotplan.cli import main
 from compiler import reference
 from conftest import EXAMPLES, LAUNCH_MODES, ROOT, compile_and_load, one_error_line, random_feeds
@@ -73,7 +73,7 @@ def test_check_names_a_corrupted_weight_in_every_mode(mode_examples, mlp_plans, 
         assert "launch by launch (1 tensor written by its 1 launch): all agree" in r.output, r.output
     plan = mode_examples["mlp", mode][1]
     if mode != "kernel":  # fc2.b in the pool (a sink or fused plan compiles small weights into its kernels)
-        from aotplan import model_json
+        from aotplan.core import model_json
         from compiler import pipeline
 
         graph, digest = model_json.load(MLP)
@@ -143,7 +143,7 @@ def test_check_runs_a_trusted_plans_native_executables(tmp_path, caplog):
 _BROKEN = r"""
 import sys
 import jax.numpy as jnp
-from aotplan import codec, model_json
+from aotplan.core import codec, model_json
 from compiler import formats, pipeline
 from compiler.ops import registry
 import dataclasses
@@ -231,7 +231,7 @@ def test_check_against_another_model_says_what_differs(mlp_plans, frozen, tmp_pa
 def test_relative_error_is_taken_where_the_expected_value_is_not_zero():
     """An error against an expected 0 used to be divided by 1e-30 (a max rel err of
     1e+28 for a bfloat16 rounding); it shows in the absolute error."""
-    from compiler import check as chk
+    from aotplan import check as chk
 
     ok, mabs, mrel, where, got, want = chk.compare(np.array([0.0156, 2.0]), np.array([0.0, 2.0]), 2e-2, 2e-2)
     assert ok and mabs == pytest.approx(0.0156) and mrel == 0.0
@@ -246,8 +246,9 @@ def test_scalar_tensors_are_checked_and_dumped_as_scalars(tmp_path):
     """A 0-d tensor read back from the arena came out 1-d (np.ascontiguousarray): check
     reported every scalar tensor as differing (max abs err inf, got nan, expected nan)
     and --dump wrote shape (1,). The constants' check reads scalars alike."""
-    from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
-    from compiler import check as chk, pipeline
+    from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
+    from aotplan import check as chk
+    from compiler import pipeline
 
     k = np.array(0.5, np.float32)
     g = Graph("s", (TensorInfo("x", "float32", (2, 3)),), ("y",), (
@@ -274,7 +275,7 @@ def test_dump_writes_views_and_placed_concats(tmp_path):
     """A concat whose inputs are written into its bytes runs no launch, nor does a view:
     neither was dumped. Now each is, after the launch that completes it, equal to the
     direct evaluation, and index.json says how each was made."""
-    from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+    from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 
     rng = np.random.default_rng(0)
     w1, w2 = rng.standard_normal((4, 3, 3, 3)).astype(np.float32), rng.standard_normal((6, 3, 1, 1)).astype(np.float32)
@@ -330,7 +331,7 @@ def test_dump_dtypes_and_layouts_are_logical_and_bfloat16_feeds_back(tmp_path):
     files = tools.dump(sess, feeds, str(tmp_path / "d"))
     ref = reference.evaluate_all(g, feeds)
     ref.update(feeds)
-    from compiler.check import logical_name
+    from aotplan.check import logical_name
 
     rows = json.loads((tmp_path / "d" / "index.json").read_text())["tensors"]
     assert len(rows) == len(files) == sum(len(l.writes) for l in plan.launches)
@@ -348,12 +349,12 @@ def test_dump_dtypes_and_layouts_are_logical_and_bfloat16_feeds_back(tmp_path):
     assert r.exit_code == 0, r.output
     with np.load(tmp_path / "o.npz") as z:
         np.testing.assert_array_equal(z["cat"], sess.run(feeds)["cat"].astype(np.float32))
-    from aotplan import cli
-    from aotplan.errors import FeedError
+    from aotplan.cli import feeds
+    from aotplan.core.errors import FeedError
 
     with pytest.raises(FeedError, match=r"--input x: the input is bfloat16 and this float32 array holds values that "
                                         r"are not bfloat16 values \(e.g. 0.10000000149011612 at index \[0, 1\]\)"):
-        cli._as_bfloat16(np.array([[1.0, 0.1]], np.float32), "--input x")
+        feeds.as_bfloat16(np.array([[1.0, 0.1]], np.float32), "--input x")
 
 
 def _listing(d):
@@ -413,7 +414,7 @@ def test_dump_folder_new_earlier_foreign_and_failed(mlp_plans, tmp_path, monkeyp
 def test_inspect_counts_each_kernel_slot_and_says_node(mode_examples, frozen):
     """A kernel's launch count is by its index: two slots holding equal kernels are two
     kernels (counting by identity gave each slot the other's launches)."""
-    from aotplan.cli import plan_summary
+    from aotplan.cli.inspect_cmd import plan_summary
 
     plan = mode_examples["mlp", "kernel"][1]
     relu = next(l for l in plan.launches if l.node == "relu1")

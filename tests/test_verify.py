@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from conftest import EXAMPLE_NAMES, LAUNCH_MODES
-from aotplan import verify
-from aotplan.errors import PlanError
+from aotplan.core import verify
+from aotplan.core.errors import PlanError
 
 
 def with_tensor(plan, name, **changes):

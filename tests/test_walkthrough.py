@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from aotplan import cli
+from aotplan.cli import compile_cmd, files
 from aotplan.cli import main
 from conftest import EXAMPLES, ROOT, one_error_line
 
@@ -87,8 +87,8 @@ def test_replay_refuses_unwritable_output_and_dump_before_loading(no_load, tmp_p
 
 
 def test_output_to_a_device_is_not_refused(tmp_path):
-    cli._refuse_unwritable(os.devnull, "outputs")  # written directly, whatever its folder
-    cli._refuse_unwritable(str(tmp_path / "new" / "deeper"), "dumps", folder=True)  # --dump creates folders
+    files.refuse_unwritable(os.devnull, "outputs")  # written directly, whatever its folder
+    files.refuse_unwritable(str(tmp_path / "new" / "deeper"), "dumps", folder=True)  # --dump creates folders
 
 
 def test_import_onnx_refuses_a_missing_output_folder_before_reading(monkeypatch, tmp_path):
@@ -176,7 +176,7 @@ def test_readme_names_every_clean_up_pass():
     text = _readme()
     m = re.search(r"--disable-pass\s+([a-z_|]+)", text)
     assert m, "the README shows --disable-pass NAME|..."
-    assert tuple(m.group(1).split("|")) == cli._PASS_NAMES
+    assert tuple(m.group(1).split("|")) == compile_cmd.PASS_NAMES
 
 
 def test_readme_python_minimum_is_what_jax_needs():
@@ -216,7 +216,7 @@ def test_the_model_json_example_in_formats_md_is_a_valid_model(tmp_path):
     an output no node produced)."""
     import json
 
-    from aotplan import model_json
+    from aotplan.core import model_json
     from compiler import pipeline
 
     with open(os.path.join(ROOT, "docs", "formats.md"), encoding="utf-8") as f:

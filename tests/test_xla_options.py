@@ -1,11 +1,11 @@
-"""aotplan.xla_options: the XLA options kernels are compiled with, at build and on the host."""
+"""aotplan.core.xla_options: the XLA options kernels are compiled with, at build and on the host."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from aotplan import xla_options
+from aotplan.core import xla_options
 
 pytestmark = pytest.mark.skipif(jax.devices()[0].platform != "cpu", reason="CPU options")
 
@@ -51,7 +51,7 @@ def test_the_build_and_the_host_both_compile_with_the_options(monkeypatch):
     StableHLO path) both go through xla_options.compile, for this host's platform; the
     host's conv kernel carries no YNNPACK fusion."""
     import executor
-    from aotplan import codec, model_json
+    from aotplan.core import codec, model_json
     from compiler import pipeline
     from conftest import one_node_graph
 

@@ -19,9 +19,9 @@ import os
 
 import numpy as np
 
-from aotplan import dtypes, model_json
-from aotplan.errors import ModelError
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from aotplan.core import dtypes, model_json
+from aotplan.core.errors import ModelError
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 
 INSTALL_HINT = "ONNX import needs the onnx package: pip install 'aotplan[onnx]'"
 

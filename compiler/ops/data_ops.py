@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan import dtypes
+from aotplan.core import dtypes
 from compiler.ops.registry import fail, flag_attr, fmt, int_attr, int_list, norm_axis, register, same_dtype
 
 INDEX_DTYPES = ("int32", "int64")

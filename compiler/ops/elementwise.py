@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from aotplan import dtypes
+from aotplan.core import dtypes
 from compiler.ops.registry import broadcast_shape, fail, flag_attr, fmt, register, require_float, same_dtype
 
 

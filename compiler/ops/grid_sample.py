@@ -16,7 +16,7 @@ import math
 
 import jax.numpy as jnp
 
-from aotplan import dtypes
+from aotplan.core import dtypes
 from compiler.ops.registry import fail, flag_attr, fmt, register
 
 MODES = ("linear", "nearest", "cubic")

@@ -4,7 +4,7 @@ sum, pow, reciprocal, neg, log, abs, where, equal, cast, clip, hard_sigmoid,
 hard_swish, reduce_mean, reduce_sum, lrn.
 
 Float math in float16/bfloat16 (pow, hard_sigmoid, hard_swish, the reductions, lrn) is
-computed in float32 and cast back. int64 arrives as int32 (aotplan.dtypes), except
+computed in float32 and cast back. int64 arrives as int32 (aotplan.core.dtypes), except
 when constant folding evaluates a lowering with 64-bit types enabled: the lowerings
 below stay generic over the integer width.
 """
@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from aotplan import dtypes
-from aotplan.graph import freeze
+from aotplan.core import dtypes
+from aotplan.core.graph import freeze
 from compiler.ops.registry import (
     broadcast_shape, fail, flag_attr, float_attr, fmt, int_attr, int_list, norm_axis, register, require_float, same_dtype,
 )

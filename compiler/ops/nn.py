@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from aotplan import dtypes
+from aotplan.core import dtypes
 from compiler.ops.registry import (
     fail, flag_attr, float_attr, fmt, int_attr, int_list, norm_axis, register, require_float, same_dtype,
 )

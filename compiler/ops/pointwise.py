@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan import dtypes
+from aotplan.core import dtypes
 from compiler.ops.registry import (
     broadcast_shape, fail, flag_attr, float_attr, fmt, register, require_float, same_dtype,
 )

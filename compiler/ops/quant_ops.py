@@ -20,7 +20,7 @@ import math
 
 import jax.numpy as jnp
 
-from aotplan import dtypes
+from aotplan.core import dtypes
 from compiler.ops.registry import fail, fmt, int_attr, norm_axis, register
 
 QUANT_DTYPES = ("int8", "uint8", "int16", "uint16")

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from aotplan import dtypes
+from aotplan.core import dtypes
 from compiler.ops.math_ops import _reduce_axes
 from compiler.ops.registry import fail, flag_attr, fmt, int_attr, norm_axis, register, scalar_attr
 

@@ -4,7 +4,7 @@ An `OpDef` has:
 - `infer(node, ins) -> [(dtype, shape), ...]`: `ins` are the inputs' TensorInfo; it
   raises `ShapeError` naming the node and the shapes when the inputs do not fit.
 - `lower(node, *arrays) -> tuple of arrays`: the computation in jax.numpy / lax on
-  logical arrays (int64 arrives as int32: see aotplan.dtypes).
+  logical arrays (int64 arrives as int32: see aotplan.core.dtypes).
 - `arity`: (min, max) number of *dynamic* inputs; `n_outputs` (None: one or more,
   as many as the node lists).
 - `attrs`: the attribute names it accepts. Any other is an error naming the node: a
@@ -26,8 +26,8 @@ An `OpDef` has:
 import math
 from dataclasses import dataclass
 
-from aotplan import dtypes
-from aotplan.errors import ShapeError
+from aotplan.core import dtypes
+from aotplan.core.errors import ShapeError
 
 OPS = {}
 

@@ -39,7 +39,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan import dtypes
+from aotplan.core import dtypes
 from compiler.ops.registry import fail, flag_attr, float_attr, fmt, int_list, norm_axis, register
 
 MODES = ("nearest", "linear", "cubic")

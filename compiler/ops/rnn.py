@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from aotplan import dtypes
+from aotplan.core import dtypes
 from compiler.ops.registry import fail, flag_attr, float_attr, fmt, int_attr, register
 
 ROLES = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")

@@ -150,7 +150,7 @@ register("space_to_depth", (1, 1), ("blocksize", "mode"))((
 
 
 def _transdata_infer(node, ins):
-    from aotplan import formats
+    from aotplan.core import formats
 
     for key in ("src", "dst"):
         f = node.attr(key, "default")

@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from aotplan.graph import Constant, freeze
+from aotplan.core.graph import Constant, freeze
 
 
 def run(graph):

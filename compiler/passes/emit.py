@@ -5,8 +5,8 @@ import jaxlib
 import numpy as np
 
 import aotplan
-from aotplan import dtypes, formats
-from aotplan.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanTensor, Provenance
+from aotplan.core import dtypes, formats
+from aotplan.core.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanTensor, Provenance
 
 
 def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, launch_mode, bounds=(0, 0)):

@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan import dtypes
-from aotplan.errors import LimitError, ModelError, ShapeError
-from aotplan.graph import Constant, TensorInfo, freeze
+from aotplan.core import dtypes
+from aotplan.core.errors import LimitError, ModelError, ShapeError
+from aotplan.core.graph import Constant, TensorInfo, freeze
 from compiler import ops
 from compiler.ops import math_ops
 from compiler.passes import infer as infer_pass
@@ -210,7 +210,7 @@ def static_graph_inputs(graph):
 def freeze_inputs(graph, values):
     """Turn graph inputs into constants with the given values (checked against their
     declared dtype and shape)."""
-    from aotplan.errors import FeedError
+    from aotplan.core.errors import FeedError
 
     consts = []
     for t in graph.inputs:

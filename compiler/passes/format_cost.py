@@ -19,7 +19,7 @@ and the table: compiles stay deterministic. Without a table for the target, auto
 import json
 import os
 
-from aotplan import formats
+from aotplan.core import formats
 from compiler.formats import ELEMENTWISE
 
 CALIBRATION_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "calibration")

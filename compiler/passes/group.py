@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from aotplan import dtypes
+from aotplan.core import dtypes
 
 ANCHORS = frozenset({"conv", "conv2d", "conv_transpose", "matmul", "gemm", "einsum", "lstm", "gru", "rnn",
                      "attention"})

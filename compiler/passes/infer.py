@@ -4,10 +4,10 @@ Returns {tensor name: TensorInfo} (an analysis record; the graph is not changed)
 Constants that some node reads are range-checked here (int64 is stored as int32).
 """
 
-from aotplan import dtypes, formats
-from aotplan.errors import InternalError, LimitError, ShapeError
-from aotplan.graph import TensorInfo
-from aotplan.model_json import MAX_DIM
+from aotplan.core import dtypes, formats
+from aotplan.core.errors import InternalError, LimitError, ShapeError
+from aotplan.core.graph import TensorInfo
+from aotplan.core.model_json import MAX_DIM
 from compiler import ops
 
 

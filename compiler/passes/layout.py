@@ -4,7 +4,7 @@ A policy names the format activations should take (`--format-policy`):
 
     default   row-major logical shapes (NCHW): no conversions, the plan of earlier versions
     nhwc      4-D activations channels-last
-    aligned   the innermost dimension padded to `aligned:M` (M: aotplan/formats.py)
+    aligned   the innermost dimension padded to `aligned:M` (M: aotplan/core/formats.py)
     blocked   4-D activations as `nc1hwc0:C0` (blocked channels)
     auto      per model, the policy the target's calibrated cost model says is fastest
               (passes/format_cost.py)
@@ -26,9 +26,9 @@ multiple of M would hold the same bytes as in `default`: its node stays default.
 import dataclasses
 from dataclasses import dataclass
 
-from aotplan import formats
-from aotplan.errors import ModelError
-from aotplan.graph import Node, TensorInfo
+from aotplan.core import formats
+from aotplan.core.errors import ModelError
+from aotplan.core.graph import Node, TensorInfo
 from compiler.formats import ELEMENTWISE, SUPPORTED, device_axis
 
 POLICIES = ("default", "nhwc", "aligned", "blocked", "auto")
@@ -84,7 +84,7 @@ def supports(node, fmt, info, consts):
     act = _activation_positions(node, consts)
     if not act or any(node.inputs[j] in consts for j in act):
         return False
-    from aotplan import dtypes
+    from aotplan.core import dtypes
 
     size = dtypes.itemsize(info[node.outputs[0]].dtype)
     if fam != "nhwc" and any(dtypes.itemsize(info[node.inputs[j]].dtype) != size for j in act):

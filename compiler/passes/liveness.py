@@ -6,7 +6,7 @@ kernel mode every node output; otherwise the graph's outputs and the tensors a l
 launch reads (see passes/group.py). With weights in the pool, constants are not arena
 tensors and get no interval.
 
-Lifetimes are in phases (aotplan.intervals.phases): with `inplace`, a launch's output
+Lifetimes are in phases (aotplan.core.intervals.phases): with `inplace`, a launch's output
 may take the bytes of an input that dies in it. `views`: names of node outputs that
 are views (a reshape of an arena tensor, passes/views.py: no launch, no bytes of their
 own); their records name their base, and the base's lifetime covers their reads.
@@ -15,7 +15,7 @@ own); their records name their base, and the base's lifetime covers their reads.
 import dataclasses
 from dataclasses import dataclass
 
-from aotplan import formats, intervals
+from aotplan.core import formats, intervals
 
 
 @dataclass(frozen=True)
@@ -30,14 +30,14 @@ class TensorRecord:
     runs: int = 1  # a part: runs of nbytes/runs bytes, `stride` bytes apart, the first
     stride: int = 0  # `delta` bytes after its base's offset
     delta: int = 0
-    format: str = "default"  # storage format (aotplan/formats.py); nbytes follow from it
+    format: str = "default"  # storage format (aotplan/core/formats.py); nbytes follow from it
 
 
 @dataclass(frozen=True)
 class Liveness:
     tensors: tuple  # of TensorRecord
     steps: tuple  # per launch: (reads, writes) as tensor indices
-    intervals: tuple  # of aotplan.intervals.Interval, arena tensors only
+    intervals: tuple  # of aotplan.core.intervals.Interval, arena tensors only
 
     def index(self):
         return {t.name: i for i, t in enumerate(self.tensors)}

@@ -28,12 +28,12 @@ import jax
 import jax.numpy as jnp
 from jax._src import config as jax_config
 
-from aotplan import dtypes, formats, native, xla_options
-from aotplan.errors import InternalError, ModelError
+from aotplan.core import dtypes, formats, native, xla_options
+from aotplan.core.errors import InternalError, ModelError
 from compiler import arena_io
 from compiler import formats as cformats
 from compiler.ops import nn
-from executor import kernels
+from aotplan.core import kernels
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def _spec(t):
 
 
 def _dev(t):
-    """A record's device shape (its format's; aotplan/formats.py)."""
+    """A record's device shape (its format's; aotplan/core/formats.py)."""
     return formats.device_shape(t.shape, t.format)
 
 
@@ -103,7 +103,7 @@ class _Exporter:
         host = host_platform()
         with jax_config.traceback_in_locations_limit(0):
             exp = jax.export.export(jitted, platforms=self.targets)(*specs)
-            # compiled exactly as the executor compiles it (`executor.kernels`: the
+            # compiled exactly as the executor compiles it (`aotplan.core.kernels`: the
             # exported module, or exp.call where that is not plain), so the workspace and
             # the embedded executable are those of the program the host will run; a
             # build host outside the targets compiles its own export, for the workspace

@@ -3,8 +3,8 @@ the naive size and the lower bound (peak live bytes)."""
 
 from dataclasses import dataclass
 
-from aotplan import formats, intervals
-from aotplan.errors import InternalError, LimitError, ModelError
+from aotplan.core import formats, intervals
+from aotplan.core.errors import InternalError, LimitError, ModelError
 from compiler import planners
 
 

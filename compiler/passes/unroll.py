@@ -27,9 +27,9 @@ import dataclasses
 
 import numpy as np
 
-from aotplan import dtypes
-from aotplan.errors import LimitError, ModelError
-from aotplan.graph import Constant, Node, freeze
+from aotplan.core import dtypes
+from aotplan.core.errors import LimitError, ModelError
+from aotplan.core.graph import Constant, Node, freeze
 from compiler.ops import control
 
 ENTERS = ("loop_enter", "scan_enter")

@@ -9,8 +9,8 @@ gets an `identity` node, so that every output is written by a launch.
 
 import dataclasses
 
-from aotplan.errors import ModelError
-from aotplan.graph import Node, has_control_char
+from aotplan.core.errors import ModelError
+from aotplan.core.graph import Node, has_control_char
 from compiler import ops
 
 

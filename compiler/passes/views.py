@@ -53,7 +53,7 @@ def placements(order, graph, info, views):
     the concat's inputs and placed in no other concat, with runs of whole 4-byte words
     (other nodes may read it too: from its slice). The concat then runs no launch
     (kernel mode)."""
-    from aotplan import dtypes
+    from aotplan.core import dtypes
 
     consts = {c.name for c in graph.constants}
     inputs = {t.name for t in graph.inputs}

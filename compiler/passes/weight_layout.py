@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from aotplan.graph import Constant, freeze
+from aotplan.core.graph import Constant, freeze
 
 CONV_OPS = ("conv", "conv2d")
 

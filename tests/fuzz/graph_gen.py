@@ -31,8 +31,8 @@ import random
 import numpy as np
 
 import numpy_ref
-from aotplan import dtypes
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze
+from aotplan.core import dtypes
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 
 MAX_ELEMENTS = 6000  # per tensor: keeps the oracle's conv and the XLA compiles small
 

@@ -33,9 +33,9 @@ import time
 
 import msgpack
 
-from aotplan import codec, formats, verify
-from aotplan.errors import PlanError
-from aotplan.plan import PlanKernel
+from aotplan.core import codec, formats, verify
+from aotplan.core.errors import PlanError
+from aotplan.core.plan import PlanKernel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN = os.path.join(ROOT, "plans", "golden", f"v{codec.FORMAT_VERSION}")
@@ -559,9 +559,9 @@ def _t_offset(rng, m, plan):
 
 def _live_pairs(plan):
     """Ordered pairs (a, b) of distinct non-empty arena tensors live at one phase (as
-    the verifier counts lifetimes: aotplan.intervals.phases); `b` is neither a view nor
+    the verifier counts lifetimes: aotplan.core.intervals.phases); `b` is neither a view nor
     the base of one (moving it must be refused as an overlap, not as a broken view)."""
-    from aotplan import intervals
+    from aotplan.core import intervals
 
     ivs = intervals.phases([t.kind if t.storage == "arena" else None for t in plan.tensors],
                            [t.nbytes for t in plan.tensors], [(l.reads, l.writes) for l in plan.launches],

@@ -63,7 +63,7 @@ def test_ci_seeds_reach_placement_and_views():
 
 
 def test_generator_is_deterministic_and_covers_the_ops():
-    from aotplan import model_json
+    from aotplan.core import model_json
 
     a, b = graph_gen.random_graph(3), graph_gen.random_graph(3)
     assert model_json.graph_digest(a[0]) == model_json.graph_digest(b[0])  # (structure and constants' bytes)

@@ -34,9 +34,9 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aotplan import model_json
+from aotplan.core import model_json
 from aotplan.cli import main
-from aotplan.errors import LimitError, ModelError
+from aotplan.core.errors import LimitError, ModelError
 from compiler import ops, pipeline
 from compiler.passes import group, liveness, plan_memory
 from conftest import EXAMPLE_NAMES, EXAMPLES

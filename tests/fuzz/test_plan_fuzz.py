@@ -12,9 +12,9 @@ import msgpack
 import pytest
 
 import plan_mutators as pm
-from aotplan import codec, formats, verify
-from aotplan.errors import PlanError
-from aotplan.plan import PlanConstant, PlanTensor
+from aotplan.core import codec, formats, verify
+from aotplan.core.errors import PlanError
+from aotplan.core.plan import PlanConstant, PlanTensor
 
 CHUNKS = 8  # per family
 PER_CHUNK = 100

@@ -35,8 +35,8 @@ import math
 
 import numpy as np
 
-from aotplan import dtypes
-from aotplan.errors import LimitError
+from aotplan.core import dtypes
+from aotplan.core.errors import LimitError
 
 FORMAT_NAMES = ("default", "nhwc", "aligned", "nc1hwc0")
 PARAMETERIZED = ("aligned", "nc1hwc0")

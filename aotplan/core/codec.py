@@ -25,7 +25,7 @@ decoded plan's constants are read-only views of the file's bytes, not copies: lo
 holds the weights once in host memory (formats 2-4 held them up to four times), and on
 CPU the constant pool's device arrays share those bytes. Decoding uses explicit size limits (no
 length field can claim more than the bytes that follow it), refuses missing and unknown
-fields and checks every field's type; `aotplan.verify` then checks ranges and references.
+fields and checks every field's type; `aotplan.core.verify` then checks ranges and references.
 A plan is untrusted data: every bad file ends in a `PlanError` naming the field
 (tests/fuzz and scripts/fuzz_plans.py hold that up against mutated plans).
 
@@ -44,7 +44,7 @@ Version changelog:
     that dies in it (in-place). Version 2 plans still load (no views; their lifetimes
     were planned more strictly, which the phase check accepts).
   4 (aotplan 0.4): storage formats. A tensor's `format` may be `nhwc`, `aligned:M` or
-    `nc1hwc0:C0` (aotplan/formats.py), its `device_shape` and `nbytes` follow from it,
+    `nc1hwc0:C0` (aotplan/core/formats.py), its `device_shape` and `nbytes` follow from it,
     and tensor rows gain `padding` (per device dimension, the padding elements at its
     end). Versions 2 and 3 (every tensor `default`, no padding) still load.
   5 (aotplan 0.5): the constants' bytes move out of the msgpack payload into an aligned
@@ -67,8 +67,8 @@ from concurrent.futures import ThreadPoolExecutor
 import msgpack
 import numpy as np
 
-from aotplan.errors import PlanError
-from aotplan.plan import (
+from aotplan.core.errors import PlanError
+from aotplan.core.plan import (
     Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanTensor, Provenance,
 )
 

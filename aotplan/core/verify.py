@@ -15,9 +15,9 @@ O(n log n) in the plan's size (`intervals.find_overlap`, a sweep, not all-pairs,
 many tensors are live at once): a plan file cannot make it slow.
 """
 
-from aotplan import dtypes, formats, intervals
-from aotplan.errors import LimitError, PlanError
-from aotplan.plan import LAUNCH_MODES, TENSOR_KINDS, WEIGHT_PLACEMENTS
+from aotplan.core import dtypes, formats, intervals
+from aotplan.core.errors import LimitError, PlanError
+from aotplan.core.plan import LAUNCH_MODES, TENSOR_KINDS, WEIGHT_PLACEMENTS
 
 
 MAX_RANK = 64  # XLA has no fixed limit; nothing real comes close, and shapes are printed in messages

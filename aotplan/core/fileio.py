@@ -13,7 +13,7 @@ import zipfile
 
 import numpy as np
 
-from aotplan.errors import AotplanError
+from aotplan.core.errors import AotplanError
 
 
 def umask():

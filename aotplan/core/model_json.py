@@ -29,9 +29,9 @@ import zlib
 
 import numpy as np
 
-from aotplan import dtypes, fileio
-from aotplan.errors import ModelError
-from aotplan.graph import Constant, Graph, Node, TensorInfo, freeze, has_control_char, thaw
+from aotplan.core import dtypes, fileio
+from aotplan.core.errors import ModelError
+from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze, has_control_char, thaw
 
 FORMAT_NAME = "aotplan.model"
 FORMAT_VERSION = 1
@@ -400,12 +400,12 @@ def weights_path(path):
 def save(graph, path, weights_file="weights.npz"):
     """Write model.json and its weights beside it (each atomically) -> whether a
     weights file was written (small constants are inline in model.json)."""
-    from aotplan.fileio import atomic_write
+    from aotplan.core.fileio import atomic_write
 
     doc, stored = to_doc(graph, weights_file)
     base = os.path.dirname(os.path.abspath(path))
     if stored:
-        from aotplan.fileio import npz_bytes
+        from aotplan.core.fileio import npz_bytes
 
         atomic_write(os.path.join(base, weights_file), npz_bytes(stored))
     atomic_write(path, dumps(doc).encode())

@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan import dtypes, native, xla_options
-from aotplan.errors import PlanError
+from aotplan.core import dtypes, native, xla_options
+from aotplan.core.errors import PlanError
 
 # How a kernel got its call path (`Session.kernel_paths`). The first two are the fast
 # ones; NATIVE_PENDING is a native kernel's until the session has given it jax's call
@@ -136,7 +136,7 @@ def adopt(exe, exp, donate, device):
 def device_avals(exp, device):
     """The exported program's argument types, each placed on `device` (a committed
     single-device sharding), so the kernel is lowered and compiled for that device."""
-    sharding = jax.sharding.SingleDeviceSharding(device)
+    sharding = jax.sharding.make_single_device_sharding(device)  # (0.12 deprecates SingleDeviceSharding(...))
     return [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in exp.in_avals]
 
 
@@ -173,15 +173,12 @@ def _module(exp, platform):
     """The exported program for `platform` as an MLIR module (in a context of its own)
     whose `main` takes exactly the kernel's arguments -> module, or None where this
     jax's internals differ; raises what deserializing raised."""
-    try:
-        from jax._src.lib import _jax
-        from jax._src.lib.mlir import ir
+    from jax.extend import mlir as jax_mlir  # (public: jax.extend)
+    from jax.extend.mlir import ir
 
-        # a bare context: reading the artifact loads the dialects it needs (1.2 ms a
-        # kernel; jax's lowering context, every dialect registered and loaded, 3 ms)
-        read, ctx = _jax.mlir.deserialize_portable_artifact, ir.Context()
-    except Exception:
-        return None
+    # a bare context: reading the artifact loads the dialects it needs (1.2 ms a
+    # kernel; jax's lowering context, every dialect registered and loaded, 3 ms)
+    read, ctx = jax_mlir.deserialize_portable_artifact, ir.Context()
     with ctx:
         module = read(bytes(exp.mlir_module_serialized))
         if len(exp.platforms) == 1:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aotplan import formats
+from aotplan.core import formats
 
 # per storage kind: (rtol, atol); integers and bools must match exactly
 # float64 is computed as float32 on the device (docs/design.md): float32's tolerance
@@ -91,7 +91,7 @@ def check(session, graph, feeds, options, rtol=None, atol=None):
     fused plan: those crossing its launches; a sink plan: its outputs), beyond
     tolerance, in launch order: `diffs[0]` names the first launch whose output is off.
     A format conversion of an input is compared with the input."""
-    from aotplan import dtypes
+    from aotplan.core import dtypes
     from compiler import reference
     from executor import tools
 

@@ -13,7 +13,7 @@ Policy (docs/design.md, "Dtypes"):
 import ml_dtypes
 import numpy as np
 
-from aotplan.errors import LimitError, ModelError
+from aotplan.core.errors import LimitError, ModelError
 
 DTYPES = {
     "float32": np.dtype(np.float32),

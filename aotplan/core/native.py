@@ -18,7 +18,7 @@ else falls back to the portable StableHLO.
 
 `adopt` gives a loaded executable jax's own call path: it lowers a jitted function of
 the kernel's signature (milliseconds; no XLA compile; the executor passes a stand-in,
-`executor.kernels.stand_in`) and, where jax would compile it, hands back the loaded
+`aotplan.core.kernels.stand_in`) and, where jax would compile it, hands back the loaded
 executable instead, as a persistent-cache hit does. The result
 is a `jax.stages.Compiled`, called through jax's C++ dispatch: numpy arguments are
 transferred in C++ and a call costs a few microseconds. `NativeKernel`, which calls

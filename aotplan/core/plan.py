@@ -1,7 +1,7 @@
 """The plan schema, version 5: what the compiler decided and the executor obeys.
 
-A plan is plain data. `aotplan.codec` turns it into bytes field by field;
-`aotplan.verify` checks one that came from outside before anything runs.
+A plan is plain data. `aotplan.core.codec` turns it into bytes field by field;
+`aotplan.core.verify` checks one that came from outside before anything runs.
 
 Kernels are XLA programs serialized with `jax.export` (portable StableHLO). Every
 kernel takes the arena (uint32 words) as its first, donated argument; the ones that
@@ -28,7 +28,7 @@ WEIGHT_PLACEMENTS = ("arena", "pool")
 @dataclass(frozen=True)
 class PlanTensor:
     """One tensor. `dtype` is logical (int64 stays int64 here); the device holds
-    `aotplan.dtypes.storage_dtype(dtype)`. `storage` is "arena" (at byte `offset`),
+    `aotplan.core.dtypes.storage_dtype(dtype)`. `storage` is "arena" (at byte `offset`),
     "pool" (a constant held as its own typed device array; offset is -1) or, format 6
     on, "inline" (a small constant of a sink or fused plan compiled into the one kernel
     that reads it as a literal: no argument, no bytes in the plan's constants; offset
@@ -51,7 +51,7 @@ class PlanTensor:
     runs: int = 1
     stride: int = 0
     padding: tuple = None  # per device dimension, padding elements at its end
-    # (aotplan.formats.padding); None (plans before format 4): derived, all default
+    # (aotplan.core.formats.padding); None (plans before format 4): derived, all default
 
     def __post_init__(self):
         if self.padding is None:

@@ -1,0 +1,5 @@
+"""`python -m aotplan.cli ...`: the `aotplan` command."""
+
+from aotplan.cli import run
+
+run()

@@ -1,0 +1,181 @@
+"""`aotplan replay`: load a plan, run steps in place, print outputs and step times
+(--profile, --dump, --check-alloc, --isolate).
+"""
+
+import os
+import time
+
+import click
+import numpy as np
+
+from aotplan.core import fileio
+from aotplan.core.errors import AotplanError
+from aotplan.cli.app import Path, handle_errors, main, trust_options
+from aotplan.cli.feeds import input_paths, session_feeds
+from aotplan.cli.files import refuse_unwritable
+from aotplan.cli.text import fmt_bytes, plural, preview
+
+
+class StepTimes:
+    """Step times in bounded memory (a soak of 10^8 steps kept 56 bytes a step): every
+    step's while they fit in `keep`, then a uniform random sample of them all (reservoir
+    sampling, seeded: an evenly strided sample aliased with periodic step times); min,
+    max and the first step are exact."""
+
+    def __init__(self, keep=1 << 20):
+        import random
+
+        self.buf, self.n, self.rng = np.empty(keep), 0, random.Random(0)
+        self.first, self.lo, self.hi = None, float("inf"), 0.0
+
+    def add(self, t):
+        if self.first is None:
+            self.first = t
+        self.lo, self.hi = min(self.lo, t), max(self.hi, t)
+        if self.n < len(self.buf):
+            self.buf[self.n] = t
+        else:
+            j = int(self.rng.random() * (self.n + 1))
+            if j < len(self.buf):
+                self.buf[j] = t
+        self.n += 1
+
+    @property
+    def kept(self):
+        return min(self.n, len(self.buf))
+
+    def summary(self):
+        med = float(np.median(self.buf[:self.kept])) * 1e3
+        sample = f" (of a random sample of {plural(self.kept, 'step')})" if self.n > len(self.buf) else ""
+        return (f"median {med:.3f} ms{sample}, min {self.lo * 1e3:.3f} ms, max {self.hi * 1e3:.3f} ms (first step "
+                f"{self.first * 1e3:.3f} ms)")
+
+
+def load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir, warmup=True,
+                  isolate=False):
+    import executor
+    from aotplan.core import codec
+
+    if isolate:
+        from executor import isolate as iso
+
+        report = iso.probe(plan_path, codec.read_key(trust_key) if trust_key else None, require_signature,
+                           trust_executables)
+        click.echo(f"plan {plan_path}: checked in a child process: {report.line()}")
+    session = executor.load(plan_path, trust_key=codec.read_key(trust_key) if trust_key else None,
+                            require_signature=require_signature, trust_executables=trust_executables,
+                            cache_dir=cache_dir, warmup=warmup)
+    session.wait_ready()  # every kernel on its final call path before the steps it times
+    return session
+
+
+@main.command()
+@click.argument("plan_path", metavar="PLAN", type=Path(dir_okay=False))
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy",
+              help="Feed an input from a .npy file (repeatable, one per input).")
+@click.option("--random-inputs", is_flag=True, help="Feed seeded random values to every input not given.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for --random-inputs.")
+@click.option("--steps", default=10, show_default=True, type=click.IntRange(min=1), help="Steps to run and time.")
+@click.option("--output", "out_path", type=Path(dir_okay=False), help="Write the outputs to an .npz file.")
+@click.option("--check-alloc", is_flag=True,
+              help="Prove nothing accumulates per step: over max(STEPS, 100) steps the arena keeps its device "
+                   "pointer, the count of live arrays and RSS stay flat, and (where the device reports it) "
+                   "device memory stays flat and within the plan's stated memory. Exits 1 if not.")
+@click.option("--profile", is_flag=True, help="Print a table of per-launch median times, sorted, with each "
+                                              "launch's share of the step.")
+@click.option("--dump", "dump_dir", type=Path(file_okay=False), metavar="DIR",
+              help="After one step, write every tensor each launch wrote (and each view or placed concat it "
+                   "completed) as DIR/NNNN_<tensor>.npy, NNNN being the launch, in its logical dtype and shape "
+                   "(bfloat16 as float32), listed in DIR/index.json. DIR must be new, empty or hold an earlier dump "
+                   "(replaced). Compile with --launch kernel to see every tensor; fused and sink plans keep "
+                   "intermediates inside kernels.")
+@click.option("--isolate", is_flag=True,
+              help="First load the plan in a child process (as `aotplan verify` does): a plan whose kernels "
+                   "crash XLA is refused with an error instead of taking this process down.")
+@click.option("--cpu-dispatch", type=click.Choice(["sync", "async"]), default="sync", show_default=True,
+              help="On a CPU, run each step in this thread (sync) or hand it to JAX's worker thread (async, "
+                   "JAX's default). Each step's outputs are read back at once, so async only adds a thread "
+                   "hand-off: tens of microseconds, which dominate small models' steps.")
+@trust_options
+@handle_errors
+def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc, profile, dump_dir, isolate,
+           cpu_dispatch, trust_key, require_signature, trust_executables, cache_dir):
+    """Load PLAN, run it STEPS times in place, print its outputs and step times."""
+    import executor
+
+    if not random_inputs and click.get_current_context().get_parameter_source("seed").name == "COMMANDLINE":
+        raise AotplanError("--seed seeds --random-inputs, which is not given: add --random-inputs (for the "
+                           "inputs not given by --input) or leave out --seed")
+    executor.set_cpu_dispatch(cpu_dispatch, warn=False)  # (in-process callers may have started JAX)
+    if out_path:
+        from aotplan.core.fileio import refuse_overwriting
+
+        reads = {"plan": plan_path, **{f"--input {n} file": p for n, p in input_paths(inputs)},
+                 "--trust-key file": trust_key,
+                 "AOTPLAN_TRUST_KEY file": None if trust_key else os.environ.get("AOTPLAN_TRUST_KEY")}
+        refuse_overwriting(out_path, reads, "--output")
+        refuse_unwritable(out_path, f"outputs to {out_path!r}")
+    input_files = [p for _, p in input_paths(inputs)]
+    if dump_dir:
+        from executor import tools
+
+        refuse_unwritable(dump_dir, f"dumps to {dump_dir!r}", folder=True)
+        tools.check_dump_folder(dump_dir, keep=input_files)
+        if out_path and os.path.realpath(dump_dir) in (os.path.realpath(out_path),
+                                                       os.path.realpath(os.path.dirname(os.path.abspath(out_path)))):
+            raise AotplanError(f"--output {out_path!r} is, or lies in, the --dump folder {dump_dir!r}, which holds "
+                               f"the dump alone: write the outputs elsewhere")
+    session = load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
+                            isolate=isolate)
+    feeds = session_feeds(session, inputs, random_inputs, seed)
+    m = session.memory
+    plan = session.plan
+    from aotplan.core import kernels
+
+    adopted = (f", then {session.adopt_seconds * 1e3:.1f} ms giving them jax's call path"
+               if session.adopt_seconds is not None else "")
+    click.echo(f"plan {plan_path}: loaded in {session.load_seconds * 1e3:.1f} ms ({session.kernel_source} kernels"
+               f"{kernels.paths_note(session.kernel_paths)}{adopted}); "
+               f"launch mode {plan.launch_mode}, {plural(len(plan.launches), 'launch')} per step; device memory "
+               f"{fmt_bytes(m.step_device_bytes)} (arena {fmt_bytes(m.arena_bytes)}, pool "
+               f"{fmt_bytes(m.constant_pool_bytes)}, "
+               + (f"inline constants {fmt_bytes(m.inline_constant_bytes)}, " if m.inline_constant_bytes else "")
+               + f"workspace {fmt_bytes(m.max_workspace_bytes)})")
+    times = StepTimes()
+    for _ in range(steps):  # (the device memory is stated before the first step)
+        t0 = time.perf_counter()
+        outs = session.run(feeds)
+        times.add(time.perf_counter() - t0)
+    for name, a in outs.items():
+        click.echo(f"  output {name}: {a.dtype}{list(a.shape)} {preview(a)}")
+    click.echo(f"  step time over {plural(steps, 'step')}: {times.summary()}")
+    if out_path:
+        from aotplan.core.fileio import atomic_write, npz_bytes
+
+        # .npz cannot hold bfloat16: widen it to float32 (exact).
+        data = npz_bytes({k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in outs.items()})
+        try:
+            atomic_write(out_path, data)
+        except OSError as e:
+            raise AotplanError(f"cannot write outputs to {out_path!r}: {fileio.why(e)}") from None
+        click.echo(f"  outputs written to {out_path}")
+    from executor import tools
+
+    if profile:
+        for line in tools.profile(session, feeds, steps=max(steps, 5)).lines():
+            click.echo(line)
+    if dump_dir:
+        try:
+            files = tools.dump(session, feeds, dump_dir, keep=input_files)
+        except OSError as e:
+            raise AotplanError(f"cannot write dumps to {dump_dir!r}: {fileio.why(e)}") from None
+        click.echo(f"  dumped {plural(len(files), 'tensor')} to {dump_dir} (listed in {tools.DUMP_INDEX})"
+                   + ("" if plan.launch_mode == "kernel" else
+                      f"; a {plan.launch_mode} plan keeps the tensors inside its launches in its kernels: compile "
+                      f"with --launch kernel to see every tensor"))
+    if check_alloc:
+        report = tools.check_alloc(session, feeds, steps=max(steps, 100))
+        for line in report.lines():
+            click.echo(line)
+        if not report.ok:
+            click.get_current_context().exit(1)
