@@ -12,7 +12,7 @@ are read in `default` and adapted in the kernel (broadcast to the padded axes, t
 converted, zeros in the padding): they are small, and XLA folds the adaptation into
 the consumer.
 
-Padding rules (checked after every launch by tests/test_formats.py):
+Padding rules (checked after every launch by tests/compiler/passes/test_formats.py):
 - every kernel writes zeros in its outputs' padding: an op whose result on zero
   inputs is zero (relu, add, mul, ...: `ZERO_PRESERVING`) keeps it so; any other
   (sigmoid, div, softmax, ...) masks its result (`where(valid, y, 0)`);

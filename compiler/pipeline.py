@@ -34,7 +34,7 @@ DEFAULT_LAUNCH = "sink"
 # kernels. Only INLINE_DTYPES, read by one node: XLA folds what a kernel does to a
 # literal into a new literal (a float16 weight converted to float32 would be held at
 # twice its bytes), and the plan states the literals' bytes (docs/design.md, "Inline
-# constants"; tests/test_inline.py measures them in the compiled kernels).
+# constants"; tests/compiler/passes/test_inline_constants.py measures them in the compiled kernels).
 INLINE_BYTES = 1 << 20
 INLINE_MAX_TENSOR_BYTES = 64 << 10
 INLINE_DTYPES = ("float32", "int32", "uint32")

@@ -58,7 +58,7 @@ from the set, by counts; only the speed depends on them, never the offsets):
          lists of lo + 1..join (and gathers nothing)
 
 TFLite scans every placed tensor (O(n^2)). scripts/bench_planners.py measures these
-kinds of sets; tests/test_planners.py checks every path against a direct transcription
+kinds of sets; tests/compiler/test_planners.py checks every path against a direct transcription
 of TFLite.
 """
 

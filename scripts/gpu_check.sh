@@ -152,8 +152,8 @@ if "$PY" -c "import pytest" > /dev/null 2>&1; then
     # direct compile of StableHLO, --target both, native kernels adopted after the first
     # step, device arrays, threads), whose CPU-host-only cases skip themselves
     run 3_pytest.log "pytest models, in-place, deploy, serving, load args, feeds (at highest precision)" \
-        env JAX_DEFAULT_MATMUL_PRECISION=highest "$PY" -m pytest -q -rs tests/test_models.py tests/test_inplace.py \
-        tests/test_deploy.py tests/test_serving.py tests/test_load_args.py tests/test_feeds.py
+        env JAX_DEFAULT_MATMUL_PRECISION=highest "$PY" -m pytest -q -rs tests/compiler/test_models.py tests/executor/test_inplace.py \
+        tests/executor/test_deploy.py tests/executor/test_serving.py tests/executor/test_load_args.py tests/executor/test_feeds.py
 else
     echo "pytest is not installed: tests skipped" | tee -a "$SUMMARY" "$LOG"
 fi

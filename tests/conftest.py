@@ -2,13 +2,16 @@
 once per session and their sessions reused."""
 
 import contextlib
+import hashlib
 import os
+import struct
 import threading
 
+import msgpack
 import numpy as np
 import pytest
 
-from aotplan.core import codec, model_json
+from aotplan.core import codec, formats, model_json
 from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,3 +140,53 @@ def kernel_examples():
 def mode_examples():
     """(name, mode) -> (graph, plan, session), every launch mode."""
     return _EXAMPLES
+
+
+def padding_violations(plan, sess, feeds):
+    """Replay launch by launch; after each, every live tensor with padding must hold
+    zeros there. -> [(launch, tensor, nonzero lanes)]."""
+    from executor import tools
+
+    T = plan.tensors
+    last_read = {}
+    for s, l in enumerate(plan.launches):
+        for i in l.reads:
+            last_read[i] = s
+    for i in plan.outputs:
+        last_read[i] = len(plan.launches)
+    written, bad = set(), []
+
+    def after(s, launch, arena):
+        if launch is None:
+            return
+        written.update(launch.writes)
+        host = np.asarray(arena).view(np.uint8).tobytes()
+        for i in sorted(written):
+            t = T[i]
+            # live after launch s: written by it, or read later (a tensor read last by s may
+            # have given its bytes to s's outputs)
+            if (i not in launch.writes and last_read.get(i, -1) <= s) or not formats.padded_elements(t.shape,
+                                                                                                     t.format):
+                continue
+            dev = tools.device_from_arena(host, t)
+            lanes = int(np.count_nonzero(dev[~formats.valid_mask(t.shape, t.format)]))
+            if lanes:
+                bad.append((s, t.name, lanes))
+
+    sess.run_launches(feeds, after)
+    return bad
+
+
+def reheader(payload, version=codec.FORMAT_VERSION, launch_mode="sink", data=b""):
+    """A plan file around `payload` (msgpack bytes) with a fresh header: version, launch
+    mode, sizes and digest as given (for the codec's refusals of foreign files)."""
+    fields = {"launch_mode": launch_mode, "payload_size": len(payload),
+              "payload_sha256": hashlib.sha256(payload).digest(), "signature": None}
+    if version >= 5:
+        fields["data_size"] = len(data)
+    header = msgpack.packb(fields)
+    out = struct.pack("<8sII", codec.MAGIC, version, len(header)) + header + payload
+    if version >= 5:
+        out += bytes(codec.data_start(len(header), len(payload)) - len(out)) + data
+    return out
+

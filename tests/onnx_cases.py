@@ -1,5 +1,5 @@
 """ONNX's own node tests as an outside oracle: load, select, run through aotplan and
-through onnxruntime. Shared by tests/test_onnx_node.py and scripts/onnx_node_report.py."""
+through onnxruntime. Shared by tests/onnx/test_onnx_node.py and scripts/onnx_node_report.py."""
 
 import functools
 import os

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from aotplan.core import codec, formats
 from aotplan.core.errors import LimitError, PlanError
 from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
+from conftest import padding_violations
 
 POLICIES = ("default", "nhwc", "aligned", "blocked")
 
@@ -227,41 +228,6 @@ def test_examples_match_reference_under_policies(name, policy):
                 _close(got[k], want[k])
 
 
-def _padding_violations(plan, sess, feeds):
-    """Replay launch by launch; after each, every live tensor with padding must hold
-    zeros there. -> [(launch, tensor, nonzero lanes)]."""
-    from executor import tools
-
-    T = plan.tensors
-    last_read = {}
-    for s, l in enumerate(plan.launches):
-        for i in l.reads:
-            last_read[i] = s
-    for i in plan.outputs:
-        last_read[i] = len(plan.launches)
-    written, bad = set(), []
-
-    def after(s, launch, arena):
-        if launch is None:
-            return
-        written.update(launch.writes)
-        host = np.asarray(arena).view(np.uint8).tobytes()
-        for i in sorted(written):
-            t = T[i]
-            # live after launch s: written by it, or read later (a tensor read last by s may
-            # have given its bytes to s's outputs)
-            if (i not in launch.writes and last_read.get(i, -1) <= s) or not formats.padded_elements(t.shape,
-                                                                                                     t.format):
-                continue
-            dev = tools.device_from_arena(host, t)
-            lanes = int(np.count_nonzero(dev[~formats.valid_mask(t.shape, t.format)]))
-            if lanes:
-                bad.append((s, t.name, lanes))
-
-    sess.run_launches(feeds, after)
-    return bad
-
-
 @pytest.mark.parametrize("model, policy", [("odd_cnn", "aligned"), ("odd_cnn", "blocked"), ("odd_mlp", "aligned")])
 def test_padding_is_zero_after_every_launch(model, policy):
     g, plan, sess = _PLANS[model, policy, "kernel"]
@@ -270,7 +236,7 @@ def test_padding_is_zero_after_every_launch(model, policy):
     for seed in (0, 1):
         feeds = {t.name: np.random.default_rng(seed).standard_normal(t.shape).astype(np.float32) + 3.0
                  for t in g.inputs}
-        assert _padding_violations(plan, sess, feeds) == []
+        assert padding_violations(plan, sess, feeds) == []
 
 
 def test_padding_check_catches_an_unmasked_op(monkeypatch):
@@ -283,7 +249,7 @@ def test_padding_check_catches_an_unmasked_op(monkeypatch):
     g = _odd_cnn()
     plan, sess = compile_and_load(g, launch="kernel", format_policy="blocked")
     feeds = {"x": np.ones((2, 3, 12, 10), np.float32)}
-    bad = _padding_violations(plan, sess, feeds)
+    bad = padding_violations(plan, sess, feeds)
     assert bad and bad[0][1] == "sig", bad
 
 

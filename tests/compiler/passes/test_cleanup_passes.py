@@ -35,8 +35,8 @@ def test_identity_removed_and_output_renamed():
 @pytest.mark.parametrize("order", ["model", "reversed"])
 def test_identity_chains_into_an_output(order):
     """relu -> identity -> identity (an output): the second identity read the first's
-    output, which the pass had removed, so 'out' was produced by no node (helper-36,
-    seed 234 of the graph fuzzer); and a chain through an output to another output."""
+    output, which the pass had removed, so 'out' was produced by no node (found by the
+    graph fuzzer, seed 234); and a chain through an output to another output."""
     nodes = [N("r", "relu", ["x"]), N("i1", "identity", ["r"], ["b"]), N("i2", "identity", ["b"], ["out"]),
              N("i3", "identity", ["out"], ["out2"]), N("i4", "identity", ["b"], ["c"]), N("t", "tanh", ["c"])]
     g = Graph("g", (X,), ("out", "out2", "t"), tuple(nodes if order == "model" else nodes[::-1]), ())

@@ -7,7 +7,7 @@ Tiny models holding several ops each (XLA compile time dominates), imported, com
 kernel and sink mode, replayed and compared with onnxruntime: broadcasting, the
 opset-dependent forms (reduction axes as attribute / input, Resize-10), a conv net
 under storage formats, float16 and integer inputs, and the attribute values we refuse.
-ONNX's own node tests of these ops run in tests/test_onnx_node.py."""
+ONNX's own node tests of these ops run in tests/onnx/test_onnx_node.py."""
 
 import numpy as np
 import pytest
@@ -17,7 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
 from aotplan.core.errors import ModelError, ShapeError  # noqa: E402
-from test_onnx_semantics import _compile, _model, _ort, _vi  # noqa: E402
+import onnx_models as om  # noqa: E402
 
 R = np.random.default_rng(2027)
 N = helper.make_node
@@ -26,28 +26,6 @@ N = helper.make_node
 def _quarters(shape, lo=-12, hi=13, dt=np.float32):
     """Multiples of 0.25: ties for comparisons, ArgMax and Round (x.5 included)."""
     return (R.integers(lo, hi, shape) / 4).astype(dt)
-
-
-def _check(model, feeds, modes=("kernel", "sink"), rtol=1e-5, atol=1e-6, want=None, **options):
-    """Compile in each launch mode, run, compare every output with `want` (default:
-    onnxruntime): same dtype and shape, values within tolerance (exact for ints and bools).
-    -> the last (plan, session)."""
-    want = want if want is not None else _ort(model, feeds)
-    for mode in modes:
-        plan, sess = _compile(model, mode, **options)
-        _compare(sess.run(feeds), want, rtol, atol, mode)
-    return plan, sess
-
-
-def _compare(got, want, rtol, atol, where):
-    for k, w in want.items():
-        g, w = got[k], np.asarray(w)
-        assert (g.dtype, g.shape) == (w.dtype, w.shape), (where, k, g.dtype, g.shape, w.dtype, w.shape)
-        if w.dtype.kind == "f":  # NaN where the oracle has NaN
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
-                                       err_msg=f"{where}: {k}")
-        else:
-            np.testing.assert_array_equal(g, w, err_msg=f"{where}: {k}")
 
 
 # ---------------------------------------------------------------- elementwise
@@ -67,15 +45,15 @@ def _elementwise_model(elem=TP.FLOAT, dt=np.float32):
     ]
     outs = [n.output[0] for n in nodes]
     inits = [("slope", np.array([0.1, -0.5, 2.0], dt).reshape(3, 1, 1)), ("c", _quarters(5, dt=dt))]
-    m = _model(nodes, [_vi("x", elem, [2, 3, 4, 5]), _vi("y", elem, [3, 1, 5])],
-               [_vi(o, TP.BOOL if o in ("gt", "lt", "ge", "le", "not", "and", "or", "xor") else elem) for o in outs],
+    m = om.model(nodes, [om.vi("x", elem, [2, 3, 4, 5]), om.vi("y", elem, [3, 1, 5])],
+               [om.vi(o, TP.BOOL if o in ("gt", "lt", "ge", "le", "not", "and", "or", "xor") else elem) for o in outs],
                inits)
     return m, {"x": _quarters((2, 3, 4, 5), dt=dt), "y": _quarters((3, 1, 5), dt=dt)}
 
 
 def test_elementwise_ops_match_onnxruntime():
     m, feeds = _elementwise_model()
-    sess = _check(m, feeds)[1]
+    sess = om.check(m, feeds)[1]
     out = sess.run(feeds)
     # the inputs hold ties: x == y somewhere, and halves that Round takes to even
     assert out["and"].any() and not out["and"].all()
@@ -85,12 +63,12 @@ def test_elementwise_ops_match_onnxruntime():
     x, y = feeds["x"].copy(), feeds["y"].copy()
     x.flat[:8] = [np.nan, np.inf, -np.inf, -0.0, np.nan, 1.0, -np.inf, 0.0]
     y.flat[:5] = [0.0, np.nan, -np.inf, 0.0, np.nan]
-    _compare(sess.run({"x": x, "y": y}), _ort(m, {"x": x, "y": y}), 1e-5, 1e-6, "special values")
+    om.compare(sess.run({"x": x, "y": y}), om.run_ort(m, {"x": x, "y": y}), 1e-5, 1e-6, "special values")
 
 
 def test_elementwise_ops_in_float16():
     m, feeds = _elementwise_model(TP.FLOAT16, np.float16)
-    _check(m, feeds, modes=("sink",), rtol=2e-3, atol=2e-3)
+    om.check(m, feeds, modes=("sink",), rtol=2e-3, atol=2e-3)
 
 
 @pytest.mark.parametrize("elem, dt", [(TP.INT32, np.int32), (TP.INT64, np.int64), (TP.UINT8, np.uint8)])
@@ -111,17 +89,17 @@ def test_integer_inputs(elem, dt):
     inits = [("reps", np.array([2, 1], np.int64))]
     if dt != np.uint8:
         inits.append(("slope", np.array([2, -1, 3, 0], dt)))
-    m = _model(nodes, [_vi("a", elem, [3, 4]), _vi("b", elem, [4])], [_vi(k, v) for k, v in outs.items()], inits,
+    m = om.model(nodes, [om.vi("a", elem, [3, 4]), om.vi("b", elem, [4])], [om.vi(k, v) for k, v in outs.items()], inits,
                opset=16)  # PRelu-16: integer slopes
     feeds = {"a": R.integers(lo, 6, (3, 4)).astype(dt), "b": R.integers(lo, 6, 4).astype(dt)}
-    _check(m, feeds, modes=("sink",))  # kernel mode runs the same lowerings: the float tests cover it
+    om.check(m, feeds, modes=("sink",))  # kernel mode runs the same lowerings: the float tests cover it
     # nearest Resize gathers: onnxruntime (no integer Resize kernel) resizes the same values as float32
     def resize(e):
-        return _model([N("Resize", ["a4", "", "s"], ["y"], coordinate_transformation_mode="half_pixel")],
-                      [_vi("a4", e, [1, 2, 3, 3])], [_vi("y", e)], [("s", np.array([1, 1, 2, 0.7], np.float32))])
+        return om.model([N("Resize", ["a4", "", "s"], ["y"], coordinate_transformation_mode="half_pixel")],
+                      [om.vi("a4", e, [1, 2, 3, 3])], [om.vi("y", e)], [("s", np.array([1, 1, 2, 0.7], np.float32))])
     a4 = R.integers(lo, 6, (1, 2, 3, 3)).astype(dt)
-    want = _ort(resize(TP.FLOAT), {"a4": a4.astype(np.float32)})["y"].astype(dt)
-    _check(resize(elem), {"a4": a4}, modes=("sink",), want={"y": want})
+    want = om.run_ort(resize(TP.FLOAT), {"a4": a4.astype(np.float32)})["y"].astype(dt)
+    om.check(resize(elem), {"a4": a4}, modes=("sink",), want={"y": want})
 
 
 # ---------------------------------------------------------------- reductions
@@ -148,13 +126,13 @@ def test_reductions_with_axes_as_attribute_and_as_input(opset):
     inits = [(f"{n.output[0]}_axes", np.array(a, np.int64)) for n, a in
              zip(nodes, [[1], [-1, 0], [2]]) if opset >= 18]
     outs = [n.output[0] for n in nodes]
-    m = _model(nodes,
-               [_vi("x", TP.FLOAT, [3, 4, 5]), _vi("xp", TP.FLOAT, [3, 4, 5]), _vi("x4", TP.FLOAT, [2, 3, 4, 5])],
-               [_vi(o, TP.INT64 if o.startswith("a") else TP.FLOAT) for o in outs], inits, opset=opset)
+    m = om.model(nodes,
+               [om.vi("x", TP.FLOAT, [3, 4, 5]), om.vi("xp", TP.FLOAT, [3, 4, 5]), om.vi("x4", TP.FLOAT, [2, 3, 4, 5])],
+               [om.vi(o, TP.INT64 if o.startswith("a") else TP.FLOAT) for o in outs], inits, opset=opset)
     feeds = {"x": R.integers(-3, 4, (3, 4, 5)).astype(np.float32),  # ties: first vs last index
              "xp": (R.integers(2, 7, (3, 4, 5)) / 4).astype(np.float32),
              "x4": R.standard_normal((2, 3, 4, 5)).astype(np.float32)}
-    _check(m, feeds, modes=("kernel", "sink") if opset >= 18 else ("sink",))  # the same lowerings either way
+    om.check(m, feeds, modes=("kernel", "sink") if opset >= 18 else ("sink",))  # the same lowerings either way
 
 
 # ---------------------------------------------------------------- tile / resize
@@ -184,12 +162,12 @@ def test_tile_and_resize_modes():
     for out, mode, ctm, nearest, scales, sizes in resize:
         a = dict(mode=mode, coordinate_transformation_mode=ctm, **({"nearest_mode": nearest} if nearest else {}))
         _add_resize(nodes, inits, out, scales, sizes, a)
-    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 4, 6])], [_vi(n.output[0], TP.FLOAT) for n in nodes], inits,
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [1, 2, 4, 6])], [om.vi(n.output[0], TP.FLOAT) for n in nodes], inits,
                opset=13)
     feeds = {"x": R.standard_normal((1, 2, 4, 6)).astype(np.float32)}
-    _check(m, feeds)
+    om.check(m, feeds)
     for policy, fam in (("nhwc", "nhwc"), ("blocked", "nc1hwc0")):  # resizes of H and W run in the format
-        plan, _ = _check(m, feeds, modes=("kernel",), format_policy=policy)
+        plan, _ = om.check(m, feeds, modes=("kernel",), format_policy=policy)
         formatted = {t.name.split("@")[0] for t in plan.tensors if t.format.startswith(fam)}
         assert {out for out, *_ in resize} <= formatted, (policy, sorted(formatted))
 
@@ -218,12 +196,12 @@ def test_resize_cubic_antialias_and_crop():
     for out, mode in crops:
         nodes.append(N("Resize", ["x", "roi", "", "crop_sz"], [out], mode=mode, extrapolation_value=-7.5,
                        coordinate_transformation_mode="tf_crop_and_resize"))
-    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 8, 10])], [_vi(n.output[0], TP.FLOAT) for n in nodes], inits,
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [1, 2, 8, 10])], [om.vi(n.output[0], TP.FLOAT) for n in nodes], inits,
                opset=18)
     feeds = {"x": R.standard_normal((1, 2, 8, 10)).astype(np.float32)}
-    _, sess = _check(m, feeds, rtol=1e-5, atol=1e-5)
+    _, sess = om.check(m, feeds, rtol=1e-5, atol=1e-5)
     assert (sess.run(feeds)["crop_l"] == -7.5).any()  # the roi reaches outside the input
-    _check(m, feeds, modes=("kernel",), rtol=1e-5, atol=1e-5, format_policy="nhwc")
+    om.check(m, feeds, modes=("kernel",), rtol=1e-5, atol=1e-5, format_policy="nhwc")
 
 
 def test_resize_axes_and_aspect_ratio_policy_opset_19():
@@ -232,18 +210,18 @@ def test_resize_axes_and_aspect_ratio_policy_opset_19():
                mode="linear"),
              N("Resize", ["x", "", "sc"], ["one_axis"], axes=[-1], mode="linear",
                coordinate_transformation_mode="half_pixel_symmetric")]
-    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 4, 6])], [_vi(n.output[0], TP.FLOAT) for n in nodes],
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [1, 2, 4, 6])], [om.vi(n.output[0], TP.FLOAT) for n in nodes],
                [("sz", np.array([7, 7], np.int64)), ("sc", np.array([1.7], np.float32))], opset=19)
-    _check(m, {"x": R.standard_normal((1, 2, 4, 6)).astype(np.float32)})
+    om.check(m, {"x": R.standard_normal((1, 2, 4, 6)).astype(np.float32)})
 
 
 def test_resize_10_takes_scales_and_rounds_like_onnxruntime():
     """Resize-10: (X, scales), asymmetric coordinates; onnxruntime's nearest takes the
     floor on an axis scaled up and the ceiling on one scaled down."""
     nodes = [N("Resize", ["x", "s"], ["near"], mode="nearest"), N("Resize", ["x", "s"], ["lin"], mode="linear")]
-    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 1, 5, 7])], [_vi("near", TP.FLOAT), _vi("lin", TP.FLOAT)],
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [1, 1, 5, 7])], [om.vi("near", TP.FLOAT), om.vi("lin", TP.FLOAT)],
                [("s", np.array([1, 1, 1.7, 0.6], np.float32))], opset=10)
-    _check(m, {"x": R.standard_normal((1, 1, 5, 7)).astype(np.float32)})
+    om.check(m, {"x": R.standard_normal((1, 1, 5, 7)).astype(np.float32)})
 
 
 # ---------------------------------------------------------------- conv transpose
@@ -267,12 +245,12 @@ def test_conv_transpose_variants():
              N("Concat", ["same", "lower"], ["cat"], axis=1),
              N("ConvTranspose", ["x1", "w1"], ["one_d"], strides=[3])]
     outs = [n.output[0] for n in nodes if n.op_type == "ConvTranspose" and n.output[0] not in ("same", "lower")]
-    m = _model(nodes, [_vi("x", TP.FLOAT, [2, 4, 4, 5]), _vi("x1", TP.FLOAT, [1, 4, 6])],
-               [_vi(o, TP.FLOAT) for o in outs + ["cat"]],
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [2, 4, 4, 5]), om.vi("x1", TP.FLOAT, [1, 4, 6])],
+               [om.vi(o, TP.FLOAT) for o in outs + ["cat"]],
                [("w", w), ("b", R.standard_normal(3).astype(np.float32)), ("wg", wg), ("w1", w1)], opset=13)
     feeds = {"x": R.standard_normal((2, 4, 4, 5)).astype(np.float32),
              "x1": R.standard_normal((1, 4, 6)).astype(np.float32)}
-    _check(m, feeds, rtol=1e-4, atol=1e-5)
+    om.check(m, feeds, rtol=1e-4, atol=1e-5)
 
 
 # ---------------------------------------------------------------- a conv net under storage formats
@@ -295,18 +273,18 @@ def _conv_net():
              ("slope", np.linspace(-0.5, 0.5, 5, dtype=np.float32).reshape(5, 1, 1)),
              ("w2", (R.standard_normal((5, 5, 3, 3)) * 0.3).astype(np.float32)),
              ("up", np.array([1, 1, 2, 2], np.float32))]
-    return _model(nodes, [_vi("x", TP.FLOAT, [2, 3, 8, 8])],
-                  [_vi("gmp", TP.FLOAT), _vi("up2", TP.FLOAT), _vi("up2l", TP.FLOAT)], inits, opset=13)
+    return om.model(nodes, [om.vi("x", TP.FLOAT, [2, 3, 8, 8])],
+                  [om.vi("gmp", TP.FLOAT), om.vi("up2", TP.FLOAT), om.vi("up2l", TP.FLOAT)], inits, opset=13)
 
 
 @pytest.mark.parametrize("policy", ["default", "nhwc", "blocked"])
 def test_conv_net_under_storage_formats(policy):
-    from test_formats import _padding_violations
+    from conftest import padding_violations
 
     m = _conv_net()
     feeds = {"x": R.standard_normal((2, 3, 8, 8)).astype(np.float32)}
     modes = ("sink",) if policy == "default" else ("kernel",)  # formats apply per launch (kernel mode)
-    plan, sess = _check(m, feeds, modes=modes, rtol=1e-4, atol=1e-5, format_policy=policy)
+    plan, sess = om.check(m, feeds, modes=modes, rtol=1e-4, atol=1e-5, format_policy=policy)
     if policy == "default":
         return
     fam = {"nhwc": "nhwc", "blocked": "nc1hwc0"}[policy]
@@ -315,76 +293,63 @@ def test_conv_net_under_storage_formats(policy):
         assert name in formatted, (name, sorted(formatted))  # the new ops ran in the format
     for out in ("gmp", "up2", "up2l"):  # global_maxpool and resize too (converted back for the outputs)
         assert any(f.startswith(out + "@") for f in formatted), (out, sorted(formatted))
-    assert _padding_violations(plan, sess, feeds) == []  # zeros stay zeros; cos/softplus masked
+    assert padding_violations(plan, sess, feeds) == []  # zeros stay zeros; cos/softplus masked
 
 
 # ---------------------------------------------------------------- what we refuse
-
-def _prepare(model):
-    """Import and run the shape rules (no XLA): raises the error a compile would."""
-    from compiler import pipeline
-    from compiler.frontends import onnx_import
-
-    return pipeline.prepare(onnx_import.convert(model, name="m"))
-
-
-def _one(op, inputs, inits=(), opset=13, elem=TP.FLOAT, shape=(1, 2, 4, 4), **attrs):
-    return _model([N(op, ["x"] + list(inputs), ["y"], name="bad", **attrs)], [_vi("x", elem, list(shape))],
-                  [_vi("y", TP.UNDEFINED)], list(inits), opset=opset)
-
 
 _SCALES = [("s", np.array([1, 1, 2, 2], np.float32))]
 
 
 @pytest.mark.parametrize("model, match", [
-    (_one("Resize", ["", "s"], _SCALES, mode="bicubic"), r"'bad' \(resize\): attribute 'mode' must be one of"),
-    (_one("Resize", ["", "s"], _SCALES, coordinate_transformation_mode="tf_half_pixel_for_nn"),
+    (om.one_node("Resize", ["", "s"], _SCALES, mode="bicubic"), r"'bad' \(resize\): attribute 'mode' must be one of"),
+    (om.one_node("Resize", ["", "s"], _SCALES, coordinate_transformation_mode="tf_half_pixel_for_nn"),
      r"'bad'.*'coordinate_transformation_mode' 'tf_half_pixel_for_nn' is not supported"),
-    (_one("Resize", ["r", "s"], _SCALES + [("r", np.array([0, 0, 1, 1], np.float32))],
+    (om.one_node("Resize", ["r", "s"], _SCALES + [("r", np.array([0, 0, 1, 1], np.float32))],
           coordinate_transformation_mode="tf_crop_and_resize"), r"'bad'.*roi \[0.0, 0.0, 1.0, 1.0\] must hold a "
                                                                 r"start and an end for each axis \[0, 1, 2, 3\]"),
-    (_one("Resize", ["", "s"], _SCALES, nearest_mode="nearest"), r"'bad'.*'nearest_mode' must be one of"),
-    (_one("Resize", ["", "s"], [("s", np.array([1, 1, 0.5, 0.5], np.float32))], antialias=1, opset=18),
+    (om.one_node("Resize", ["", "s"], _SCALES, nearest_mode="nearest"), r"'bad'.*'nearest_mode' must be one of"),
+    (om.one_node("Resize", ["", "s"], [("s", np.array([1, 1, 0.5, 0.5], np.float32))], antialias=1, opset=18),
      r"'bad'.*'antialias' 1 is not supported with mode 'nearest'"),
-    (_one("Resize", ["", "s"], _SCALES, mode="cubic", elem=TP.INT32), r"'bad'.*mode 'cubic' needs a float input"),
-    (_one("Resize", ["", "s"], _SCALES, exclude_outside=1), r"'bad'.*'exclude_outside' 1 is not supported"),
-    (_one("Resize", ["", "s", "z"], _SCALES + [("z", np.array([1, 2, 8, 8], np.int64))]),
+    (om.one_node("Resize", ["", "s"], _SCALES, mode="cubic", elem=TP.INT32), r"'bad'.*mode 'cubic' needs a float input"),
+    (om.one_node("Resize", ["", "s"], _SCALES, exclude_outside=1), r"'bad'.*'exclude_outside' 1 is not supported"),
+    (om.one_node("Resize", ["", "s", "z"], _SCALES + [("z", np.array([1, 2, 8, 8], np.int64))]),
      r"'bad'.*exactly one of 'scales' and 'sizes'"),
-    (_one("Resize", ["", "s"], [("s", np.array([2, 2], np.float32))]), r"'bad'.*one entry per axis"),
-    (_one("Resize", ["", "s"], _SCALES, mode="linear", elem=TP.INT32), r"'bad'.*mode 'linear' needs a float input"),
-    (_one("Resize", ["", "s"], _SCALES, nearest_mode="simple"), r"'bad'.*'simple' is not an ONNX value"),
-    (_one("Resize", ["", "s"], _SCALES, axes=[2, 3]), r"'bad' \(Resize, opset 13\): attribute 'axes' is not supported"),
-    (_one("Resize", ["s", "s"], _SCALES, opset=10), r"'bad' \(Resize, opset 10\).*takes 2 inputs"),
-    (_one("Resize", ["", "s"], [("s", np.array([1, 1, 3e38, 1], np.float32))]), r"'bad'.*overflow float32"),
-    (_one("Tile", ["r"], [("r", np.array([1, 2], np.int64))]), r"'bad' \(tile\).*one entry per dimension"),
-    (_one("Tile", ["r", "ax"], [("r", np.array([2], np.int64)), ("ax", np.array([1], np.int64))], opset=5),
+    (om.one_node("Resize", ["", "s"], [("s", np.array([2, 2], np.float32))]), r"'bad'.*one entry per axis"),
+    (om.one_node("Resize", ["", "s"], _SCALES, mode="linear", elem=TP.INT32), r"'bad'.*mode 'linear' needs a float input"),
+    (om.one_node("Resize", ["", "s"], _SCALES, nearest_mode="simple"), r"'bad'.*'simple' is not an ONNX value"),
+    (om.one_node("Resize", ["", "s"], _SCALES, axes=[2, 3]), r"'bad' \(Resize, opset 13\): attribute 'axes' is not supported"),
+    (om.one_node("Resize", ["s", "s"], _SCALES, opset=10), r"'bad' \(Resize, opset 10\).*takes 2 inputs"),
+    (om.one_node("Resize", ["", "s"], [("s", np.array([1, 1, 3e38, 1], np.float32))]), r"'bad'.*overflow float32"),
+    (om.one_node("Tile", ["r"], [("r", np.array([1, 2], np.int64))]), r"'bad' \(tile\).*one entry per dimension"),
+    (om.one_node("Tile", ["r", "ax"], [("r", np.array([2], np.int64)), ("ax", np.array([1], np.int64))], opset=5),
      r"'bad' \(Tile, opset 1\).*Tile-1"),
-    (_one("ArgMax", [], select_last_index=2), r"'bad' \(argmax\).*'select_last_index' must be 0 or 1"),
-    (_one("ArgMin", [], axis=4), r"'bad' \(argmin\).*axis 4 is out of range for rank 4"),
-    (_one("ReduceMax", [], axes=[1, -3]), r"'bad' \(reduce_max\).*name an axis twice"),
-    (_one("ReduceProd", [], elem=TP.BOOL), r"'bad' \(reduce_prod\).*must be one of"),
-    (_one("ReduceMax", [], elem=TP.INT64, shape=(2, 0), axes=[1]),  # int64's minimum: not an int32
+    (om.one_node("ArgMax", [], select_last_index=2), r"'bad' \(argmax\).*'select_last_index' must be 0 or 1"),
+    (om.one_node("ArgMin", [], axis=4), r"'bad' \(argmin\).*axis 4 is out of range for rank 4"),
+    (om.one_node("ReduceMax", [], axes=[1, -3]), r"'bad' \(reduce_max\).*name an axis twice"),
+    (om.one_node("ReduceProd", [], elem=TP.BOOL), r"'bad' \(reduce_prod\).*must be one of"),
+    (om.one_node("ReduceMax", [], elem=TP.INT64, shape=(2, 0), axes=[1]),  # int64's minimum: not an int32
      r"'bad' \(reduce_max\).*empty extent of 'x' int64\[2, 0\].*the device's int32 cannot hold"),
-    (_one("LeakyRelu", [], alpha=float("inf")), r"'bad' \(leaky_relu\).*'alpha' must be finite"),
-    (_one("Elu", [], elem=TP.INT32), r"'bad' \(elu\).*must be a float type"),
-    (_one("PRelu", ["s"], [("s", np.ones(3, np.float32))]), r"'bad' \(prelu\).*does not broadcast to x"),
-    (_one("PRelu", ["s"], [("s", np.ones((2, 1, 1), np.float32))], opset=6),
+    (om.one_node("LeakyRelu", [], alpha=float("inf")), r"'bad' \(leaky_relu\).*'alpha' must be finite"),
+    (om.one_node("Elu", [], elem=TP.INT32), r"'bad' \(elu\).*must be a float type"),
+    (om.one_node("PRelu", ["s"], [("s", np.ones(3, np.float32))]), r"'bad' \(prelu\).*does not broadcast to x"),
+    (om.one_node("PRelu", ["s"], [("s", np.ones((2, 1, 1), np.float32))], opset=6),
      r"'bad' \(prelu\).*one element or have the shape of x"),
-    (_one("Greater", ["x"], elem=TP.BOOL), r"'bad' \(greater\).*must be numeric"),
-    (_one("And", ["x"]), r"'bad' \(and\).*must be bool"),
-    (_one("GlobalMaxPool", [], shape=(2, 3)), r"'bad' \(global_maxpool\).*rank >= 3"),
-    (_one("ConvTranspose", ["w"], [("w", np.ones((2, 3, 3, 3), np.float32))], strides=[2, 2], output_padding=[2, 0]),
+    (om.one_node("Greater", ["x"], elem=TP.BOOL), r"'bad' \(greater\).*must be numeric"),
+    (om.one_node("And", ["x"]), r"'bad' \(and\).*must be bool"),
+    (om.one_node("GlobalMaxPool", [], shape=(2, 3)), r"'bad' \(global_maxpool\).*rank >= 3"),
+    (om.one_node("ConvTranspose", ["w"], [("w", np.ones((2, 3, 3, 3), np.float32))], strides=[2, 2], output_padding=[2, 0]),
      r"'bad' \(conv_transpose\).*output_padding \[2, 0\] must be smaller than the stride"),
-    (_one("ConvTranspose", ["w"], [("w", np.ones((2, 3, 3, 3), np.float32))], auto_pad="SAME"),
+    (om.one_node("ConvTranspose", ["w"], [("w", np.ones((2, 3, 3, 3), np.float32))], auto_pad="SAME"),
      r"'bad' \(conv_transpose\).*'auto_pad' must be one of"),
-    (_one("ConvTranspose", ["w"], [("w", np.ones((3, 3, 3, 3), np.float32))]),
+    (om.one_node("ConvTranspose", ["w"], [("w", np.ones((3, 3, 3, 3), np.float32))]),
      r"'bad' \(conv_transpose\).*input channels 2 and weight"),
-    (_one("ConvTranspose", ["w"], [("w", np.ones((2, 3, 3, 3), np.float32))], auto_pad="VALID", pads=[1, 1, 1, 1]),
+    (om.one_node("ConvTranspose", ["w"], [("w", np.ones((2, 3, 3, 3), np.float32))], auto_pad="VALID", pads=[1, 1, 1, 1]),
      r"'bad' \(conv_transpose\).*'pads' cannot be combined with auto_pad=VALID"),
 ])
 def test_refused_attribute_values_name_the_node(model, match):
     with pytest.raises((ModelError, ShapeError), match=match):
-        _prepare(model)
+        om.prepare(model)
 
 
 def test_legacy_forms_before_opset_7():
@@ -395,12 +360,12 @@ def test_legacy_forms_before_opset_7():
     nodes = [N("PRelu", ["x", "one"], ["p1"]), N("PRelu", ["x", "full"], ["p2"]),
              N("Greater", ["x", "b"], ["gt"], broadcast=1), N("And", ["gt", "gt"], ["and"], broadcast=1)]
     full = _quarters((2, 3))
-    m = _model(nodes, [_vi("x", TP.FLOAT, [2, 3])], [_vi("p1", TP.FLOAT), _vi("p2", TP.FLOAT), _vi("and", TP.BOOL)],
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [2, 3])], [om.vi("p1", TP.FLOAT), om.vi("p2", TP.FLOAT), om.vi("and", TP.BOOL)],
                [("one", np.array([0.25], np.float32)), ("full", full), ("b", np.array([0.0, 0.5, -0.5], np.float32))],
                opset=6)
     b = np.array([0.0, 0.5, -0.5], np.float32)
     want = {"p1": np.where(x < 0, 0.25 * x, x), "p2": np.where(x < 0, full * x, x), "and": x > b}
-    _check(m, {"x": x}, modes=("sink",), want=want)
+    om.check(m, {"x": x}, modes=("sink",), want=want)
 
 
 # ---------------------------------------------------------------- found by fuzzing against onnxruntime
@@ -414,16 +379,16 @@ def test_conv_transpose_output_past_the_full_result_grows_at_the_end():
     w = (R.standard_normal((2, 3, 3, 3)) * 0.3).astype(np.float32)
     nodes = [N("ConvTranspose", ["x", "w", "b"], ["grown"], strides=[3, 3], output_shape=[11, 10]),
              N("ConvTranspose", ["x", "w"], ["upper"], strides=[3, 3], output_shape=[10, 10], auto_pad="SAME_UPPER")]
-    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 3, 3])], [_vi("grown", TP.FLOAT), _vi("upper", TP.FLOAT)],
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [1, 2, 3, 3])], [om.vi("grown", TP.FLOAT), om.vi("upper", TP.FLOAT)],
                [("w", w), ("b", R.standard_normal(3).astype(np.float32))], opset=13)
-    _check(m, {"x": R.standard_normal((1, 2, 3, 3)).astype(np.float32)}, rtol=1e-4, atol=1e-5)
+    om.check(m, {"x": R.standard_normal((1, 2, 3, 3)).astype(np.float32)}, rtol=1e-4, atol=1e-5)
 
     short = [N("ConvTranspose", ["x1", "w1"], [f"same_{k}"], strides=[3], auto_pad=f"SAME_{k.upper()}")
              for k in ("upper", "lower")]
-    m = _model(short, [_vi("x1", TP.FLOAT, [1, 2, 3])], [_vi("same_upper", TP.FLOAT), _vi("same_lower", TP.FLOAT)],
+    m = om.model(short, [om.vi("x1", TP.FLOAT, [1, 2, 3])], [om.vi("same_upper", TP.FLOAT), om.vi("same_lower", TP.FLOAT)],
                [("w1", R.standard_normal((2, 1, 2)).astype(np.float32))], opset=13)
     x1 = R.standard_normal((1, 2, 3)).astype(np.float32)
-    want, got = _ort(m, {"x1": x1}), _compile(m, "sink")[1].run({"x1": x1})
+    want, got = om.run_ort(m, {"x1": x1}), om.compile_onnx(m, "sink")[1].run({"x1": x1})
     for k in ("same_upper", "same_lower"):
         assert want[k].shape == (1, 1, 8) and got[k].shape == (1, 1, 9), (k, want[k].shape, got[k].shape)
         np.testing.assert_allclose(got[k][..., :8], want[k], rtol=1e-5, atol=1e-6)
@@ -449,10 +414,10 @@ def test_resize_follows_onnxruntimes_float32_arithmetic():
              resize("x43", "antialias", [1.25, 1.1], mode="linear", antialias=1)]
     feeds = {"x10": _quarters((2, 10)), "x15": R.standard_normal((2, 15)).astype(np.float32),
              "x3": R.standard_normal((2, 3)).astype(np.float32), "x43": R.standard_normal((4, 3)).astype(np.float32)}
-    m = _model([n for n, _ in specs], [_vi(k, TP.FLOAT, list(v.shape)) for k, v in feeds.items()],
-               [_vi(n.output[0], TP.FLOAT) for n, _ in specs], [i for _, i in specs], opset=18)
-    _check(m, feeds)
-    got = _compile(m, "sink")[1].run(feeds)
+    m = om.model([n for n, _ in specs], [om.vi(k, TP.FLOAT, list(v.shape)) for k, v in feeds.items()],
+               [om.vi(n.output[0], TP.FLOAT) for n, _ in specs], [i for _, i in specs], opset=18)
+    om.check(m, feeds)
+    got = om.compile_onnx(m, "sink")[1].run(feeds)
     assert got["seven"].shape == (2, 7)
     np.testing.assert_array_equal(got["same_shape"], feeds["x3"])
     np.testing.assert_array_equal(got["tie_ceil"][:, 2], feeds["x15"][:, 4])

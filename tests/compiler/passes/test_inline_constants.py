@@ -151,7 +151,7 @@ def test_verify_refuses_an_inline_constant_of_a_shared_kernel():
 def test_inline_storage_needs_format_6(mode_examples):
     _, plan, _ = mode_examples["mlp", "sink"]
     import msgpack
-    from test_codec import reheader
+    from conftest import reheader
 
     data = codec.encode(plan)
     payload = msgpack.unpackb(codec.read_header(data)[1], raw=False)

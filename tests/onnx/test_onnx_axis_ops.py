@@ -8,7 +8,7 @@ and sink mode: TopK along each axis, largest and smallest, k = 0 and k = the who
 axis, ties (resolved to the lower index), only its indices used; CumSum exclusive
 and/or reversed along a middle and a negative axis; Range folded from a shape and
 kept as a launch; DepthToSpace in DCR and CRD mode, and SpaceToDepth undoing it.
-ONNX's own node tests of these ops run in tests/test_onnx_node.py."""
+ONNX's own node tests of these ops run in tests/onnx/test_onnx_node.py."""
 
 import numpy as np
 import pytest
@@ -18,8 +18,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
 from aotplan.core.errors import ModelError, ShapeError  # noqa: E402
-from test_onnx_added_ops import _check, _one, _prepare  # noqa: E402
-from test_onnx_semantics import _model, _vi  # noqa: E402
+import onnx_models as om  # noqa: E402
 
 R = np.random.default_rng(2028)
 N = helper.make_node
@@ -49,8 +48,8 @@ def _axis_model(elem, opset=18):
     inits = [("k3", I64(3)), ("k2", I64(2)), ("k0", I64(0)), ("k8", I64(8)), ("ax1", np.array(1, np.int32)),
              ("axm1", np.array(-1, np.int64)), ("ax2", np.array(2, np.int64)), ("one", np.array(1, np.int64)),
              ("zero", np.array(0, np.int64)), ("step", np.array(3, np.int64))]
-    return _model(nodes, [_vi("x", elem, [2, 8, 3, 4])],
-                  [_vi(o, TP.INT64 if o.endswith("_i") or o == "pos" else elem) for o in outs], inits, opset)
+    return om.model(nodes, [om.vi("x", elem, [2, 8, 3, 4])],
+                  [om.vi(o, TP.INT64 if o.endswith("_i") or o == "pos" else elem) for o in outs], inits, opset)
 
 
 def _ties(dt):
@@ -72,7 +71,7 @@ def test_axis_ops_match_onnxruntime(elem, dt, rtol):
 
         names = [o.name for o in m.graph.output]
         want = dict(zip(names, ReferenceEvaluator(m).run(names, feeds)))
-    plan, sess = _check(m, feeds, rtol=rtol, atol=0, want=want)
+    plan, sess = om.check(m, feeds, rtol=rtol, atol=0, want=want)
     out = sess.run(feeds)
     assert out["none_v"].shape == (2, 8, 0, 4) and out["all_i"].shape == (2, 8, 3, 4)
     np.testing.assert_array_equal(out["pos"], np.arange(0, 8, 3))
@@ -85,12 +84,12 @@ def test_an_unnamed_onnx_output_gets_a_name():
     (a tensor named "" would reach the plan)."""
     from compiler.frontends import onnx_import
 
-    m = _model([N("TopK", ["x", "k"], ["", "i"])], [_vi("x", TP.FLOAT, [2, 5])], [_vi("i", TP.INT64)],
+    m = om.model([N("TopK", ["x", "k"], ["", "i"])], [om.vi("x", TP.FLOAT, [2, 5])], [om.vi("i", TP.INT64)],
                [("k", I64(2))], opset=11)
     (node,) = onnx_import.convert(m, name="m").nodes
     assert node.outputs == ("TopK_0:unused_output_0", "i")
     x = R.standard_normal((2, 5)).astype(np.float32)
-    _check(m, {"x": x}, modes=("sink",), want={"i": np.argsort(-x, axis=1, kind="stable")[:, :2]})
+    om.check(m, {"x": x}, modes=("sink",), want={"i": np.argsort(-x, axis=1, kind="stable")[:, :2]})
 
 
 def test_topk_on_uint8_and_int8_extremes():
@@ -99,8 +98,8 @@ def test_topk_on_uint8_and_int8_extremes():
     for elem, dt in ((TP.UINT8, np.uint8), (TP.INT8, np.int8)):
         info = np.iinfo(dt)
         x = np.array([[3, info.max, info.min, 0, info.min, info.max, 1]], dt)
-        m = _model([N("TopK", ["x", "k"], ["lo", "lo_i"], largest=0), N("TopK", ["x", "k"], ["hi", "hi_i"])],
-                   [_vi("x", elem, [1, 7])], [_vi(o, TP.INT64 if o.endswith("_i") else elem)
+        m = om.model([N("TopK", ["x", "k"], ["lo", "lo_i"], largest=0), N("TopK", ["x", "k"], ["hi", "hi_i"])],
+                   [om.vi("x", elem, [1, 7])], [om.vi(o, TP.INT64 if o.endswith("_i") else elem)
                                               for o in ("lo", "lo_i", "hi", "hi_i")],
                    [("k", I64(3))], opset=11)
         # (onnxruntime has no int8/uint8 TopK: the expected values are numpy's stable sort)
@@ -108,22 +107,22 @@ def test_topk_on_uint8_and_int8_extremes():
         rorder = np.argsort(-x.astype(np.int64), axis=-1, kind="stable")[:, :3]
         want = {"lo": np.take_along_axis(x, order, -1), "lo_i": order.astype(np.int64),
                 "hi": np.take_along_axis(x, rorder, -1), "hi_i": rorder.astype(np.int64)}
-        _check(m, {"x": x}, modes=("sink",), want=want)
+        om.check(m, {"x": x}, modes=("sink",), want=want)
 
 
 def test_topk_1_takes_k_as_attribute_and_cumsum_reads_bfloat16_in_float32():
     x = R.standard_normal((3, 50)).astype(np.float32)
-    m = _model([N("TopK", ["x"], ["v", "i"], k=5)], [_vi("x", TP.FLOAT, [3, 50])],
-               [_vi("v", TP.FLOAT), _vi("i", TP.INT64)], opset=9)
-    _check(m, {"x": x}, modes=("sink",))
+    m = om.model([N("TopK", ["x"], ["v", "i"], k=5)], [om.vi("x", TP.FLOAT, [3, 50])],
+               [om.vi("v", TP.FLOAT), om.vi("i", TP.INT64)], opset=9)
+    om.check(m, {"x": x}, modes=("sink",))
     # bfloat16: onnxruntime has no CumSum for it; float32 sums rounded once to bfloat16
     import ml_dtypes
 
     xb = x.astype(ml_dtypes.bfloat16)
-    m = _model([N("CumSum", ["x", "a"], ["y"])], [_vi("x", TP.BFLOAT16, [3, 50])], [_vi("y", TP.BFLOAT16)],
+    m = om.model([N("CumSum", ["x", "a"], ["y"])], [om.vi("x", TP.BFLOAT16, [3, 50])], [om.vi("y", TP.BFLOAT16)],
                [("a", I64(1))], opset=14)
     want = np.cumsum(xb.astype(np.float32), axis=1).astype(ml_dtypes.bfloat16)
-    _check(m, {"x": xb}, modes=("sink",), want={"y": want}, rtol=0)
+    om.check(m, {"x": xb}, modes=("sink",), want={"y": want}, rtol=0)
 
 
 @pytest.mark.parametrize("start, limit, delta, elem, dt", [
@@ -137,8 +136,8 @@ def test_range_folds_like_onnxruntime(start, limit, delta, elem, dt):
     from compiler.passes import fold
 
     feeds = {k: np.array(v, dt) for k, v in (("s", start), ("l", limit), ("d", delta))}
-    m = _model([N("Range", ["s", "l", "d"], ["y"]), N("Identity", ["y"], ["z"])],
-               [_vi(k, elem, []) for k in feeds], [_vi("z", elem)], opset=11)
+    m = om.model([N("Range", ["s", "l", "d"], ["y"]), N("Identity", ["y"], ["z"])],
+               [om.vi(k, elem, []) for k in feeds], [om.vi("z", elem)], opset=11)
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(["z"], feeds)[0]
     g = onnx_import.convert(m, name="m")
     assert fold.static_graph_inputs(g) == ["d", "l", "s"]
@@ -150,28 +149,28 @@ def test_range_folds_like_onnxruntime(start, limit, delta, elem, dt):
 
 def test_range_27_in_float16_counts_in_float32():
     """Range-27 takes float16 with stash_type 1: limit - start in float32 (in float16,
-    1025 - 0.5 rounds to 1024, one element short: helper-38's reproducer)."""
+    1025 - 0.5 rounds to 1024, one element short)."""
     for start, limit in ((0.5, 1025.0), (-0.5, 1024.0)):
-        m = _model([N("Range", ["s", "l", "d"], ["r"], stash_type=1)], [], [_vi("r", TP.FLOAT16)],
+        m = om.model([N("Range", ["s", "l", "d"], ["r"], stash_type=1)], [], [om.vi("r", TP.FLOAT16)],
                    [("s", np.float16(start)), ("l", np.float16(limit)), ("d", np.float16(1.0))], opset=27)
-        plan, sess = _check(m, {}, modes=("sink",), rtol=0, atol=0)
+        plan, sess = om.check(m, {}, modes=("sink",), rtol=0, atol=0)
         assert sess.run({})["r"].shape == (1025,)
 
 
 def test_range_as_a_launch_when_folding_is_off():
     """With folding off a Range that no shape depends on stays a launch: the lowering
     itself gives onnxruntime's numbers."""
-    m = _model([N("Range", ["s", "l", "d"], ["r"], name="rng"), N("Add", ["x", "r"], ["y"])], [_vi("x", TP.FLOAT, [7])],
-               [_vi("y", TP.FLOAT)], [("s", np.array(-1.0, np.float32)), ("l", np.array(2.4, np.float32)),
+    m = om.model([N("Range", ["s", "l", "d"], ["r"], name="rng"), N("Add", ["x", "r"], ["y"])], [om.vi("x", TP.FLOAT, [7])],
+               [om.vi("y", TP.FLOAT)], [("s", np.array(-1.0, np.float32)), ("l", np.array(2.4, np.float32)),
                                       ("d", np.array(0.5, np.float32))], opset=11)
     x = R.standard_normal(7).astype(np.float32)
-    plan, _ = _check(m, {"x": x}, modes=("kernel",), disabled=frozenset({"fold"}))
+    plan, _ = om.check(m, {"x": x}, modes=("kernel",), disabled=frozenset({"fold"}))
     assert any(la.node == "rng" for la in plan.launches)
 
 
 def _topk(k, elem=TP.FLOAT, **attrs):
-    return _model([N("TopK", ["x", "k"], ["y", "i"], name="bad", **attrs)], [_vi("x", elem, [1, 2, 4, 4])],
-                  [_vi("y", elem), _vi("i", TP.INT64)], [("k", k)], opset=11)
+    return om.model([N("TopK", ["x", "k"], ["y", "i"], name="bad", **attrs)], [om.vi("x", elem, [1, 2, 4, 4])],
+                  [om.vi("y", elem), om.vi("i", TP.INT64)], [("k", k)], opset=11)
 
 
 @pytest.mark.parametrize("model, match", [
@@ -179,20 +178,20 @@ def _topk(k, elem=TP.FLOAT, **attrs):
     (_topk(I64(1, 2)), r"'bad' \(topk\): 'k' must be one integer, got \[1, 2\]"),
     (_topk(I64(1), largest=2), r"'bad' \(topk\).*'largest' must be 0 or 1"),
     (_topk(I64(1), elem=TP.BOOL), r"'bad' \(topk\).*must be numeric"),
-    (_one("CumSum", ["a"], [("a", I64(4))], opset=14), r"'bad' \(cumsum\): axis 4 is out of range for rank 4"),
-    (_one("CumSum", ["a"], [("a", np.array(1.0, np.float32))], opset=14),
+    (om.one_node("CumSum", ["a"], [("a", I64(4))], opset=14), r"'bad' \(cumsum\): axis 4 is out of range for rank 4"),
+    (om.one_node("CumSum", ["a"], [("a", np.array(1.0, np.float32))], opset=14),
      r"'bad' \(cumsum\): 'axis' must be an integer, got 1.0"),
-    (_one("DepthToSpace", [], blocksize=3), r"'bad' \(depth_to_space\): channels of 'x' float32\[1, 2, 4, 4\] must "
+    (om.one_node("DepthToSpace", [], blocksize=3), r"'bad' \(depth_to_space\): channels of 'x' float32\[1, 2, 4, 4\] must "
                                             r"be a multiple of blocksize\^2 = 9"),
-    (_one("DepthToSpace", [], blocksize=1, mode="XYZ"), r"'bad' \(depth_to_space\).*'mode' must be 'DCR' or 'CRD'"),
-    (_one("SpaceToDepth", [], blocksize=3), r"'bad' \(space_to_depth\).*must be multiples of blocksize 3"),
-    (_one("SpaceToDepth", [], shape=(2, 4, 4)), r"'bad' \(space_to_depth\).*must be 4-D"),
-    (_one("DepthToSpace", [], blocksize=2, shape=(2, 4, 4, 1, 1)),
+    (om.one_node("DepthToSpace", [], blocksize=1, mode="XYZ"), r"'bad' \(depth_to_space\).*'mode' must be 'DCR' or 'CRD'"),
+    (om.one_node("SpaceToDepth", [], blocksize=3), r"'bad' \(space_to_depth\).*must be multiples of blocksize 3"),
+    (om.one_node("SpaceToDepth", [], shape=(2, 4, 4)), r"'bad' \(space_to_depth\).*must be 4-D"),
+    (om.one_node("DepthToSpace", [], blocksize=2, shape=(2, 4, 4, 1, 1)),
      r"'bad' \(depth_to_space\): input 'x' float32\[2, 4, 4, 1, 1\] must be 4-D"),
 ])
 def test_refused_forms_name_the_node(model, match):
     with pytest.raises((ModelError, ShapeError), match=match):
-        _prepare(model)
+        om.prepare(model)
 
 
 @pytest.mark.parametrize("consts, match", [
@@ -208,9 +207,9 @@ def test_refused_forms_name_the_node(model, match):
      r"'bad' \(range\).*too many elements"),
 ])
 def test_range_refusals_name_the_node(consts, match):
-    m = _model([N("Range", ["s", "l", "d"], ["y"], name="bad")], [], [_vi("y", TP.UNDEFINED)], consts, opset=11)
+    m = om.model([N("Range", ["s", "l", "d"], ["y"], name="bad")], [], [om.vi("y", TP.UNDEFINED)], consts, opset=11)
     with pytest.raises((ModelError, ShapeError), match=match):
-        _prepare(m)
+        om.prepare(m)
 
 
 def test_more_elementwise_ops_match_onnxruntime():
@@ -228,16 +227,16 @@ def test_more_elementwise_ops_match_onnxruntime():
               N("Shrink", ["ix"], ["ishrink"], bias=2.0, lambd=3.0)]
     outs = [(f"y{i}", TP.BOOL if op.startswith("Is") else TP.FLOAT) for i, (op, _, _) in enumerate(ops)]
     outs += [("mean", TP.FLOAT), ("ishrink", TP.INT32)]
-    m = _model(nodes, [_vi("x", TP.FLOAT, [3, 8]), _vi("u", TP.FLOAT, [3, 8]), _vi("odd", TP.FLOAT, [3, 8]),
-                       _vi("row", TP.FLOAT, [8]), _vi("ix", TP.INT32, [3, 8])],
-               [_vi(o, t) for o, t in outs], [("one", np.array(1.25, np.float32))], opset=18)
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [3, 8]), om.vi("u", TP.FLOAT, [3, 8]), om.vi("odd", TP.FLOAT, [3, 8]),
+                       om.vi("row", TP.FLOAT, [8]), om.vi("ix", TP.INT32, [3, 8])],
+               [om.vi(o, t) for o, t in outs], [("one", np.array(1.25, np.float32))], opset=18)
     rng = np.random.default_rng(7)  # (its own: the draws do not depend on which tests ran before)
     odd = rng.standard_normal((3, 8)).astype(np.float32)
     odd.flat[[0, 5, 9, 17]] = [np.inf, -np.inf, np.nan, -np.inf]
     feeds = {"x": (rng.standard_normal((3, 8)) * 2).astype(np.float32),
              "u": rng.uniform(-0.95, 0.95, (3, 8)).astype(np.float32), "odd": odd,
              "row": rng.standard_normal(8).astype(np.float32), "ix": rng.integers(-8, 9, (3, 8)).astype(np.int32)}
-    _check(m, feeds, modes=("sink",), rtol=2e-6, atol=1e-7)
+    om.check(m, feeds, modes=("sink",), rtol=2e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("opset", [7, 9])
@@ -252,9 +251,9 @@ def test_upsample_matches_onnxruntime(opset):
         else:
             nodes.append(N("Upsample", ["x", f"s{i}"], [f"y{i}"], mode=mode))
             inits.append((f"s{i}", s))
-    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 3, 4])], [_vi(f"y{i}", TP.FLOAT) for i in range(4)], inits,
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [1, 2, 3, 4])], [om.vi(f"y{i}", TP.FLOAT) for i in range(4)], inits,
                opset=opset)
-    _check(m, {"x": R.standard_normal((1, 2, 3, 4)).astype(np.float32)}, modes=("sink",), rtol=1e-6, atol=1e-6)
+    om.check(m, {"x": R.standard_normal((1, 2, 3, 4)).astype(np.float32)}, modes=("sink",), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("opset", [18, 21])
@@ -262,25 +261,25 @@ def test_group_normalization_matches_onnxruntime(opset):
     """GroupNormalization-18 scales per group, -21 per channel (nn.GroupNorm exports)."""
     x = (R.standard_normal((2, 6, 3, 5)) * 3 + 1).astype(np.float32)
     n = 3 if opset < 21 else 6
-    m = _model([N("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, epsilon=1e-3)],
-               [_vi("x", TP.FLOAT, [2, 6, 3, 5])], [_vi("y", TP.FLOAT)],
+    m = om.model([N("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, epsilon=1e-3)],
+               [om.vi("x", TP.FLOAT, [2, 6, 3, 5])], [om.vi("y", TP.FLOAT)],
                [("s", R.standard_normal(n).astype(np.float32)), ("b", R.standard_normal(n).astype(np.float32))],
                opset=opset)
-    _check(m, {"x": x}, modes=("sink",), rtol=1e-5, atol=1e-5)
+    om.check(m, {"x": x}, modes=("sink",), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("elem, dt", [(TP.FLOAT, np.float32), (TP.FLOAT16, np.float16)])
 def test_topk_ranks_signed_zeros_and_nans_as_onnxruntime(elem, dt):
     """lax.top_k orders floats by IEEE total order: -0.0 below +0.0, and a NaN with its
     sign bit set (what 0/0 gives on x86) below everything. onnxruntime ranks the zeros
-    equal (the lower index first) and every NaN the largest (helper-38's finding)."""
+    equal (the lower index first) and every NaN the largest."""
     x = np.array([[-0.0, 0.0, 1.0, -0.0], [0.0, -np.nan, 2.0, np.nan], [-np.inf, -np.nan, np.inf, 0.0]], dt)
     nodes = [N("TopK", ["x", k], [f"v{k}_{lg}", f"i{k}_{lg}"], largest=lg) for k in ("k1", "k3") for lg in (0, 1)]
     nodes.append(N("Div", ["z", "z"], ["nan"]))  # NaN made in the graph: 0/0
     nodes += [N("TopK", ["nan", "k1"], ["vn", "in"])]
     outs = [o for n in nodes if n.op_type == "TopK" for o in n.output]
-    m = _model(nodes, [_vi("x", elem, [3, 4]), _vi("z", elem, [3, 4])],
-               [_vi(o, TP.INT64 if o.startswith("i") else elem) for o in outs],
+    m = om.model(nodes, [om.vi("x", elem, [3, 4]), om.vi("z", elem, [3, 4])],
+               [om.vi(o, TP.INT64 if o.startswith("i") else elem) for o in outs],
                [("k1", I64(1)), ("k3", I64(3))], opset=11)
     feeds = {"x": x, "z": np.array([[0, 1, 2, 3], [1, 0, 3, 0], [2, 2, 0, 1]], dt)}
     # the expected values by that rule, in numpy (onnxruntime 1.30 orders NaNs otherwise; 1.32 agrees)
@@ -297,7 +296,7 @@ def test_topk_ranks_signed_zeros_and_nans_as_onnxruntime(elem, dt):
         nan = feeds["z"] / feeds["z"]
     want["in"] = np.array([[int(np.argmax(np.isnan(r)))] for r in nan], np.int64)
     want["vn"] = np.take_along_axis(nan, want["in"], 1)
-    got = _check(m, feeds, modes=("sink",), rtol=0, atol=0, want=want)[1].run(feeds)
+    got = om.check(m, feeds, modes=("sink",), rtol=0, atol=0, want=want)[1].run(feeds)
     for k, w in want.items():  # (allclose takes -0.0 for +0.0)
         assert np.array_equal(np.signbit(got[k]), np.signbit(w)) or k == "vn", k  # (vn: the sign of 0/0's NaN)
 
@@ -305,20 +304,19 @@ def test_topk_ranks_signed_zeros_and_nans_as_onnxruntime(elem, dt):
 def test_lp_mvn_and_reverse_sequence_match_onnxruntime():
     """LpNormalization (p 1 and 2, a zero row gives zeros), MeanVarianceNormalization
     (default axes) and ReverseSequence with lengths fed at run time (0 and full too)."""
-    m = _model([N("LpNormalization", ["x"], ["l1"], p=1, axis=1), N("LpNormalization", ["x"], ["l2"]),
+    m = om.model([N("LpNormalization", ["x"], ["l1"], p=1, axis=1), N("LpNormalization", ["x"], ["l2"]),
                 N("MeanVarianceNormalization", ["x"], ["mvn"]),
                 N("ReverseSequence", ["s", "lens"], ["rev"], batch_axis=1, time_axis=0),
                 N("ReverseSequence", ["s2", "lens"], ["rev_b"], batch_axis=0, time_axis=1)],
-               [_vi("x", TP.FLOAT, [2, 3, 4, 5]), _vi("s", TP.FLOAT, [6, 4, 3]), _vi("s2", TP.FLOAT, [4, 6]),
-                _vi("lens", TP.INT64, [4])], [_vi(o, TP.FLOAT) for o in ("l1", "l2", "mvn", "rev", "rev_b")], opset=13)
+               [om.vi("x", TP.FLOAT, [2, 3, 4, 5]), om.vi("s", TP.FLOAT, [6, 4, 3]), om.vi("s2", TP.FLOAT, [4, 6]),
+                om.vi("lens", TP.INT64, [4])], [om.vi(o, TP.FLOAT) for o in ("l1", "l2", "mvn", "rev", "rev_b")], opset=13)
     rng = np.random.default_rng(8)
     x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     x[1, :, 2, :] = 0  # a zero vector along axis 1 (and rows along the last axis)
     feeds = {"x": x, "s": rng.standard_normal((6, 4, 3)).astype(np.float32),
              "s2": rng.standard_normal((4, 6)).astype(np.float32), "lens": np.array([6, 0, 3, 1], np.int64)}
-    _, sess = _check(m, feeds, modes=("sink",), rtol=1e-5, atol=1e-6)
-    from test_onnx_semantics import _ort
+    _, sess = om.check(m, feeds, modes=("sink",), rtol=1e-5, atol=1e-6)
 
     feeds["lens"] = np.array([2, 6, 5, 4], np.int64)  # other lengths, the same plan
-    for k, w in _ort(m, feeds).items():
+    for k, w in om.run_ort(m, feeds).items():
         np.testing.assert_allclose(sess.run(feeds)[k], w, rtol=1e-5, atol=1e-6, err_msg=k)

@@ -4,10 +4,10 @@ with in-place writes, views and concat placement on or off and with either sched
 in kernel and fused modes.
 
 BERT-4 and the UNet's fused plans run by default; the rest is in the slow tier
-(`python -m pytest -q -m slow tests/test_families.py`, ~20 min here): the families
+(`python -m pytest -q -m slow tests/compiler/test_families.py`, ~20 min here): the families
 have 30-110 MB of weights and each variant compiles and loads the whole model. The
-examples get the same checks in the default run (tests/test_sharing.py,
-tests/test_models.py).
+examples get the same checks in the default run (tests/compiler/passes/test_sharing.py,
+tests/compiler/test_models.py).
 
 Within a launch mode every variant must give the default variant's outputs bit for bit:
 planners, in-place writes and the schedule move bytes, not arithmetic, and views and
@@ -25,9 +25,8 @@ import numpy as np
 import pytest
 
 from compiler import reference
-from conftest import compile_and_load, random_feeds
+from conftest import ROOT, compile_and_load, random_feeds
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = ("resnet50", "densenet121", "unet", "bert4")
 
 # (label, options) per launch mode; the first is the default compile

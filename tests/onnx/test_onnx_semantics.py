@@ -1,4 +1,4 @@
-"""ONNX import semantics that ONNX's node tests (tests/test_onnx_node.py) do not reach:
+"""ONNX import semantics that ONNX's node tests (tests/onnx/test_onnx_node.py) do not reach:
 opset-dependent defaults and attributes of old opsets, omitted optional inputs written
 as "", graph-level quirks. Each model is imported, compiled, replayed and compared with
 onnxruntime where it implements the case, else with numpy (onnxruntime has no kernels
@@ -12,52 +12,17 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper, numpy_helper  # noqa: E402
 
 from aotplan.core.errors import ModelError  # noqa: E402
+import onnx_models as om  # noqa: E402
 
 R = np.random.default_rng(11)
-
-
-def _model(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "m", inputs, outputs, [numpy_helper.from_array(np.asarray(v), n) for n, v in inits])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = min(m.ir_version, 8)
-    return m
-
-
-def _vi(name, elem, shape=None):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def _compile(model, launch="sink", **options):
-    """Import -> compile (pipeline.Options: `launch` and any other `options`) -> codec ->
-    executor: (plan, session)."""
-    import executor
-    from aotplan.core import codec, model_json
-    from compiler import pipeline
-    from compiler.frontends import onnx_import
-
-    g = onnx_import.convert(model, name="m")
-    plan = pipeline.compile_graph(g, model_json.graph_digest(g), pipeline.Options(launch=launch, **options)).plan
-    return plan, executor.Session(codec.decode(codec.encode(plan)), warmup=False)
-
-
-def _aotplan(model, feeds, launch="sink", **options):
-    return _compile(model, launch, **options)[1].run(feeds)
-
-
-def _ort(model, feeds):
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    s = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    names = [o.name for o in model.graph.output]
-    return dict(zip(names, s.run(names, feeds)))
 
 
 def test_concat_before_opset_4_defaults_to_axis_1():
     # Concat-1 (opsets 1-3): 'axis' is optional, default 1. Equal shapes: axis 0 would also fit
     a, b = R.standard_normal((2, 3)).astype(np.float32), R.standard_normal((2, 3)).astype(np.float32)
-    m = _model([helper.make_node("Concat", ["a", "b"], ["y"])], [_vi("a", TP.FLOAT, [2, 3]), _vi("b", TP.FLOAT, [2, 3])],
-               [_vi("y", TP.FLOAT)], opset=3)
-    y = _aotplan(m, {"a": a, "b": b})["y"]
+    m = om.model([helper.make_node("Concat", ["a", "b"], ["y"])], [om.vi("a", TP.FLOAT, [2, 3]), om.vi("b", TP.FLOAT, [2, 3])],
+               [om.vi("y", TP.FLOAT)], opset=3)
+    y = om.run_aotplan(m, {"a": a, "b": b})["y"]
     np.testing.assert_array_equal(y, np.concatenate([a, b], axis=1))
 
 
@@ -70,24 +35,24 @@ def test_trailing_empty_optional_inputs_are_absent():
              ("gw", R.standard_normal((4, 27)).astype(np.float32)), ("s", R.random(4).astype(np.float32) + 0.5)]
 
     def build(tail):
-        return _model([helper.make_node("Conv", ["x", "w"] + tail, ["c"]),
+        return om.model([helper.make_node("Conv", ["x", "w"] + tail, ["c"]),
                        helper.make_node("Flatten", ["c"], ["f"]),
                        helper.make_node("Gemm", ["f", "gw"] + tail, ["g"], transB=1),
                        helper.make_node("LayerNormalization", ["g", "s"] + tail, ["y"])],
-                      [_vi("x", TP.FLOAT, [1, 2, 5, 5])], [_vi("y", TP.FLOAT)], inits)
+                      [om.vi("x", TP.FLOAT, [1, 2, 5, 5])], [om.vi("y", TP.FLOAT)], inits)
 
-    got = _aotplan(build([""]), {"x": x})["y"]
-    np.testing.assert_allclose(got, _ort(build([]), {"x": x})["y"], rtol=1e-4, atol=1e-5)
+    got = om.run_aotplan(build([""]), {"x": x})["y"]
+    np.testing.assert_allclose(got, om.run_ort(build([]), {"x": x})["y"], rtol=1e-4, atol=1e-5)
 
 
 def test_legacy_broadcast_attribute_of_equal_and_pow():
     # Equal-1 and Pow-1 (opsets 1-6) take broadcast=1 like Add-1: B broadcasts as a suffix of A
     a = np.array([[1, 2, 3], [3, 2, 1]], np.float32)
     b = np.array([1, 2, 1], np.float32)
-    m = _model([helper.make_node("Equal", ["a", "b"], ["eq"], broadcast=1),
+    m = om.model([helper.make_node("Equal", ["a", "b"], ["eq"], broadcast=1),
                 helper.make_node("Pow", ["a", "b"], ["p"], broadcast=1)],
-               [_vi("a", TP.FLOAT, [2, 3]), _vi("b", TP.FLOAT, [3])], [_vi("eq", TP.BOOL), _vi("p", TP.FLOAT)], opset=6)
-    out = _aotplan(m, {"a": a, "b": b})
+               [om.vi("a", TP.FLOAT, [2, 3]), om.vi("b", TP.FLOAT, [3])], [om.vi("eq", TP.BOOL), om.vi("p", TP.FLOAT)], opset=6)
+    out = om.run_aotplan(m, {"a": a, "b": b})
     np.testing.assert_array_equal(out["eq"], a == b)
     np.testing.assert_allclose(out["p"], a ** b)
 
@@ -95,13 +60,13 @@ def test_legacy_broadcast_attribute_of_equal_and_pow():
 def test_cast_1_names_its_type_as_a_string():
     # Cast-1 (opsets 1-5): 'to' is a string ("INT32"), not a TensorProto enum value
     x = np.array([1.5, -2.5, 3.0], np.float32)
-    m = _model([helper.make_node("Cast", ["x"], ["y"], to="INT32")], [_vi("x", TP.FLOAT, [3])], [_vi("y", TP.INT32)], opset=5)
-    y = _aotplan(m, {"x": x})["y"]
+    m = om.model([helper.make_node("Cast", ["x"], ["y"], to="INT32")], [om.vi("x", TP.FLOAT, [3])], [om.vi("y", TP.INT32)], opset=5)
+    y = om.run_aotplan(m, {"x": x})["y"]
     assert y.dtype == np.int32
     np.testing.assert_array_equal(y, [1, -2, 3])
     from compiler.frontends import onnx_import
 
-    bad = _model([helper.make_node("Cast", ["x"], ["y"], to="INT33")], [_vi("x", TP.FLOAT, [3])], [_vi("y", TP.INT32)], opset=5)
+    bad = om.model([helper.make_node("Cast", ["x"], ["y"], to="INT33")], [om.vi("x", TP.FLOAT, [3])], [om.vi("y", TP.INT32)], opset=5)
     with pytest.raises(ModelError, match=r"Cast_0.*'INT33' is not an ONNX data type name"):
         onnx_import.convert(bad)
 
@@ -109,12 +74,12 @@ def test_cast_1_names_its_type_as_a_string():
 def test_output_listed_twice_is_one_output():
     # valid ONNX (the checker and onnxruntime accept it); results are keyed by name
     x = R.standard_normal((2, 3)).astype(np.float32)
-    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", TP.FLOAT, [2, 3])],
-               [_vi("y", TP.FLOAT, [2, 3]), _vi("y", TP.FLOAT, [2, 3])])
+    m = om.model([helper.make_node("Relu", ["x"], ["y"])], [om.vi("x", TP.FLOAT, [2, 3])],
+               [om.vi("y", TP.FLOAT, [2, 3]), om.vi("y", TP.FLOAT, [2, 3])])
     onnx.checker.check_model(m)
-    got = _aotplan(m, {"x": x})
+    got = om.run_aotplan(m, {"x": x})
     assert list(got) == ["y"]
-    np.testing.assert_array_equal(got["y"], _ort(m, {"x": x})["y"])
+    np.testing.assert_array_equal(got["y"], om.run_ort(m, {"x": x})["y"])
 
 
 def test_dropout_mask_before_opset_10_is_refused():
@@ -122,12 +87,12 @@ def test_dropout_mask_before_opset_10_is_refused():
     inference value (onnxruntime: zeros); it must not silently become a bool mask."""
     from compiler.frontends import onnx_import
 
-    m = _model([helper.make_node("Dropout", ["x"], ["y", "mask"])], [_vi("x", TP.FLOAT, [2, 3])],
-               [_vi("y", TP.FLOAT), _vi("mask", TP.UNDEFINED)], opset=7)
+    m = om.model([helper.make_node("Dropout", ["x"], ["y", "mask"])], [om.vi("x", TP.FLOAT, [2, 3])],
+               [om.vi("y", TP.FLOAT), om.vi("mask", TP.UNDEFINED)], opset=7)
     with pytest.raises(ModelError, match=r"Dropout_0.*opset 7.*'mask'"):
         onnx_import.convert(m)
     # unused, it is fine: the output is the identity
-    m = _model([helper.make_node("Dropout", ["x"], ["y", "mask"])], [_vi("x", TP.FLOAT, [2, 3])], [_vi("y", TP.FLOAT)],
+    m = om.model([helper.make_node("Dropout", ["x"], ["y", "mask"])], [om.vi("x", TP.FLOAT, [2, 3])], [om.vi("y", TP.FLOAT)],
                opset=7)
     assert [n.op for n in onnx_import.convert(m).nodes] == ["identity"]
 
@@ -135,11 +100,11 @@ def test_dropout_mask_before_opset_10_is_refused():
 def test_abs_and_gelu_map_to_the_library_ops():
     # both ops are in the op library (abs, gelu); the importer refused them
     x = np.concatenate([R.standard_normal(9).astype(np.float32) * 3, np.array([np.inf, -np.inf, 0.0], np.float32)])
-    m = _model([helper.make_node("Abs", ["x"], ["a"]),
+    m = om.model([helper.make_node("Abs", ["x"], ["a"]),
                 helper.make_node("Gelu", ["x"], ["g"]),
                 helper.make_node("Gelu", ["x"], ["t"], approximate="tanh")],
-               [_vi("x", TP.FLOAT, [12])], [_vi(n, TP.FLOAT) for n in "agt"], opset=20)
-    got, want = _aotplan(m, {"x": x}), _ort(m, {"x": x})
+               [om.vi("x", TP.FLOAT, [12])], [om.vi(n, TP.FLOAT) for n in "agt"], opset=20)
+    got, want = om.run_aotplan(m, {"x": x}), om.run_ort(m, {"x": x})
     for k in "agt":
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
@@ -155,11 +120,11 @@ def test_sparse_initializers_and_sparse_constants_are_densified():
                                        numpy_helper.from_array(np.array([[0, 2], [1, 0]], np.int64), ""), [2, 3])
     nodes = [helper.make_node("Constant", [], ["v"], sparse_value=coords), helper.make_node("Add", ["x", "w"], ["s"]),
              helper.make_node("Add", ["s", "v"], ["y"])]
-    g = helper.make_graph(nodes, "m", [_vi("x", TP.FLOAT, [2, 3])], [_vi("y", TP.FLOAT, [2, 3])], sparse_initializer=[linear])
+    g = helper.make_graph(nodes, "m", [om.vi("x", TP.FLOAT, [2, 3])], [om.vi("y", TP.FLOAT, [2, 3])], sparse_initializer=[linear])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     x = R.standard_normal((2, 3)).astype(np.float32)
-    np.testing.assert_array_equal(_aotplan(m, {"x": x})["y"], _ort(m, {"x": x})["y"])
+    np.testing.assert_array_equal(om.run_aotplan(m, {"x": x})["y"], om.run_ort(m, {"x": x})["y"])
     bad = helper.make_sparse_tensor(vals, numpy_helper.from_array(np.array([1, 4, 6], np.int64), ""), [2, 3])
     del m.graph.sparse_initializer[:]
     m.graph.sparse_initializer.append(bad)
@@ -172,8 +137,8 @@ def test_model_name_is_the_file_stem_not_the_last_node(tmp_path):
     # loaded from tiny.onnx was named after its last node ("Softmax_1")
     from compiler.frontends import onnx_import
 
-    m = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"])],
-               [_vi("x", TP.FLOAT, [2, 3])], [_vi("y", TP.FLOAT)])
+    m = om.model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"])],
+               [om.vi("x", TP.FLOAT, [2, 3])], [om.vi("y", TP.FLOAT)])
     m.graph.name = "g"
     path = tmp_path / "tiny.onnx"
     onnx.save(m, str(path))

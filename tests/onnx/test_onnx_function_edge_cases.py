@@ -1,6 +1,6 @@
 """Operators expanded from functions, and local functions (onnx_import._function,
-_expand, _learn_types), and the norm reductions with noop_with_empty_axes: the cases a
-review (helper-43) found wrong at e1f3be2, each against onnxruntime: an output the call
+_expand, _learn_types), and the norm reductions with noop_with_empty_axes: edge cases,
+each against onnxruntime: an output the call
 leaves out but the body reads, an attribute reference inside a branch, overloads, the
 input types of a context-dependent function inside a Loop body, an If branch or a
 nested local function, and |x|, x², log x still applied when no axis is reduced."""
@@ -11,9 +11,8 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
+import onnx_models as om  # noqa: E402
 
-from test_onnx_added_ops import _check  # noqa: E402
-from test_onnx_semantics import _model, _vi  # noqa: E402
 
 N = helper.make_node
 R = np.random.default_rng(51)
@@ -32,8 +31,8 @@ def test_function_output_omitted_by_call_but_read_in_body():
     # got: ModelError "node 'F_0:fn:Neg_1' (neg): takes 1 inputs, got 0" (A bound to "")
     fn = helper.make_function("local", "F", ["X"], ["A", "B"], [N("Relu", ["X"], ["A"]), N("Neg", ["A"], ["B"])],
                               [helper.make_opsetid("", 18)])
-    m = _local([N("F", ["x"], ["", "y"], domain="local")], [_vi("x", TP.FLOAT, [3, 5])], [_vi("y", TP.FLOAT)], [fn])
-    _check(m, {"x": X}, modes=("sink",))
+    m = _local([N("F", ["x"], ["", "y"], domain="local")], [om.vi("x", TP.FLOAT, [3, 5])], [om.vi("y", TP.FLOAT)], [fn])
+    om.check(m, {"x": X}, modes=("sink",))
 
 
 def test_function_attribute_reference_inside_if_branch():
@@ -42,13 +41,13 @@ def test_function_attribute_reference_inside_if_branch():
     lr = N("LeakyRelu", ["X"], ["t"])
     a = onnx.AttributeProto(name="alpha", ref_attr_name="a", type=onnx.AttributeProto.FLOAT)
     lr.attribute.append(a)
-    then = helper.make_graph([lr], "then", [], [_vi("t", TP.FLOAT)])
-    els = helper.make_graph([N("Neg", ["X"], ["e"])], "else", [], [_vi("e", TP.FLOAT)])
+    then = helper.make_graph([lr], "then", [], [om.vi("t", TP.FLOAT)])
+    els = helper.make_graph([N("Neg", ["X"], ["e"])], "else", [], [om.vi("e", TP.FLOAT)])
     fn = helper.make_function("local", "F", ["C", "X"], ["Y"], [N("If", ["C"], ["Y"], then_branch=then, else_branch=els)],
                               [helper.make_opsetid("", 18)], attributes=["a"])
-    m = _local([N("F", ["c", "x"], ["y"], domain="local", a=0.25)], [_vi("c", TP.BOOL, []), _vi("x", TP.FLOAT, [3, 5])],
-               [_vi("y", TP.FLOAT)], [fn])
-    _check(m, {"x": X, "c": np.array(True)}, modes=("sink",))
+    m = _local([N("F", ["c", "x"], ["y"], domain="local", a=0.25)], [om.vi("c", TP.BOOL, []), om.vi("x", TP.FLOAT, [3, 5])],
+               [om.vi("y", TP.FLOAT)], [fn])
+    om.check(m, {"x": X, "c": np.array(True)}, modes=("sink",))
 
 
 def test_function_overloads_are_told_apart():
@@ -60,8 +59,8 @@ def test_function_overloads_are_told_apart():
                               overload="b")
     n1, n2 = N("F", ["x"], ["y"], domain="local"), N("F", ["x"], ["z"], domain="local")
     n1.overload, n2.overload = "a", "b"
-    m = _local([n1, n2], [_vi("x", TP.FLOAT, [3, 5])], [_vi("y", TP.FLOAT), _vi("z", TP.FLOAT)], [f1, f2], ir=10)
-    _check(m, {"x": X}, modes=("sink",))
+    m = _local([n1, n2], [om.vi("x", TP.FLOAT, [3, 5])], [om.vi("y", TP.FLOAT), om.vi("z", TP.FLOAT)], [f1, f2], ir=10)
+    om.check(m, {"x": X}, modes=("sink",))
 
 
 def test_context_dependent_op_in_loop_body():
@@ -69,22 +68,22 @@ def test_context_dependent_op_in_loop_body():
     # 'Loop_0:body:acc': got ModelError "ONNX operator 'CenterCropPad' is not supported"
     body = helper.make_graph(
         [N("Identity", ["cond"], ["co"]), N("CenterCropPad", ["acc", "s"], ["cp"]), N("Add", ["cp", "cp"], ["acc2"])],
-        "body", [_vi("i", TP.INT64, []), _vi("cond", TP.BOOL, []), _vi("acc", TP.FLOAT, [3, 5])],
-        [_vi("co", TP.BOOL, []), _vi("acc2", TP.FLOAT, [3, 5])])
-    m = _model([N("Loop", ["m", "", "x"], ["y"], body=body)], [_vi("x", TP.FLOAT, [3, 5])], [_vi("y", TP.FLOAT)],
+        "body", [om.vi("i", TP.INT64, []), om.vi("cond", TP.BOOL, []), om.vi("acc", TP.FLOAT, [3, 5])],
+        [om.vi("co", TP.BOOL, []), om.vi("acc2", TP.FLOAT, [3, 5])])
+    m = om.model([N("Loop", ["m", "", "x"], ["y"], body=body)], [om.vi("x", TP.FLOAT, [3, 5])], [om.vi("y", TP.FLOAT)],
                [("m", np.array(2, np.int64)), ("s", np.array([3, 5], np.int64))], opset=18)
-    _check(m, {"x": X}, modes=("sink",))
+    om.check(m, {"x": X}, modes=("sink",))
 
 
 def test_context_dependent_op_reading_if_branch_value():
     # same cause: 'r' is renamed 'If_0:then:r'; got "'NegativeLogLikelihoodLoss' is not supported"
     then = helper.make_graph([N("Relu", ["x"], ["r"]), N("NegativeLogLikelihoodLoss", ["r", "t"], ["o"])], "then", [],
-                             [_vi("o", TP.FLOAT)])
-    els = helper.make_graph([N("ReduceSum", ["x"], ["o2"], keepdims=0)], "else", [], [_vi("o2", TP.FLOAT)])
-    m = _model([N("If", ["c"], ["y"], then_branch=then, else_branch=els)],
-               [_vi("c", TP.BOOL, []), _vi("x", TP.FLOAT, [3, 5]), _vi("t", TP.INT64, [3])], [_vi("y", TP.FLOAT)],
+                             [om.vi("o", TP.FLOAT)])
+    els = helper.make_graph([N("ReduceSum", ["x"], ["o2"], keepdims=0)], "else", [], [om.vi("o2", TP.FLOAT)])
+    m = om.model([N("If", ["c"], ["y"], then_branch=then, else_branch=els)],
+               [om.vi("c", TP.BOOL, []), om.vi("x", TP.FLOAT, [3, 5]), om.vi("t", TP.INT64, [3])], [om.vi("y", TP.FLOAT)],
                opset=18)
-    _check(m, {"x": X, "c": np.array(True), "t": np.array([1, 0, 4], np.int64)}, modes=("sink",))
+    om.check(m, {"x": X, "c": np.array(True), "t": np.array([1, 0, 4], np.int64)}, modes=("sink",))
 
 
 def test_context_dependent_op_after_nested_local_function():
@@ -96,9 +95,9 @@ def test_context_dependent_op_after_nested_local_function():
                              [N("G", ["X"], ["u"], domain="local"), N("Neg", ["u"], ["v"]),
                               N("NegativeLogLikelihoodLoss", ["v", "T"], ["Y"])],
                              OPS)
-    m = _local([N("F", ["x", "t"], ["y"], domain="local")], [_vi("x", TP.FLOAT, [3, 5]), _vi("t", TP.INT64, [3])],
-               [_vi("y", TP.FLOAT)], [f, g])
-    _check(m, {"x": X, "t": np.array([1, 0, 4], np.int64)}, modes=("sink",))
+    m = _local([N("F", ["x", "t"], ["y"], domain="local")], [om.vi("x", TP.FLOAT, [3, 5]), om.vi("t", TP.INT64, [3])],
+               [om.vi("y", TP.FLOAT)], [f, g])
+    om.check(m, {"x": X, "t": np.array([1, 0, 4], np.int64)}, modes=("sink",))
 
 
 @pytest.mark.parametrize("op", ["ReduceLogSum", "ReduceSumSquare", "ReduceL1", "ReduceL2"])
@@ -107,6 +106,6 @@ def test_composite_reduction_noop_with_empty_axes(op):
     # perform the non-reduction steps" (ReduceLogSum -> log(x), ReduceSumSquare -> x*x);
     # onnxruntime and onnx.reference do; math_ops._norm returns x unchanged
     x = ((R.random((3, 4)) + 0.5) * np.array([1, -1, 1, -1])).astype(np.float32)  # (LogSum: NaN where < 0)
-    m = _model([N(op, ["x"], ["y"], noop_with_empty_axes=1)], [_vi("x", TP.FLOAT, [3, 4])], [_vi("y", TP.FLOAT)],
+    m = om.model([N(op, ["x"], ["y"], noop_with_empty_axes=1)], [om.vi("x", TP.FLOAT, [3, 4])], [om.vi("y", TP.FLOAT)],
                opset=18)
-    _check(m, {"x": x}, modes=("sink",))
+    om.check(m, {"x": x}, modes=("sink",))

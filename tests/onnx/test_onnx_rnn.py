@@ -3,7 +3,7 @@ onnxruntime: every direction, initial states, peepholes, biases, clip, input_for
 linear_before_reset, activations with parameters, sequence_lens fed at run time
 (zero, partial and full lengths), outputs left unnamed, float16, and each launch mode.
 Batchwise layout (onnxruntime refuses it) against ONNX's reference evaluator. ONNX's own
-node tests of these ops run in tests/test_onnx_node.py."""
+node tests of these ops run in tests/onnx/test_onnx_node.py."""
 
 import numpy as np
 import pytest
@@ -13,8 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
 from aotplan.core.errors import ModelError, ShapeError  # noqa: E402
-from test_onnx_added_ops import _check, _prepare  # noqa: E402
-from test_onnx_semantics import _model, _vi  # noqa: E402
+import onnx_models as om  # noqa: E402
 
 R = np.random.default_rng(2029)
 N = helper.make_node
@@ -58,9 +57,9 @@ def _recurrent_model(elem=TP.FLOAT, dt=np.float32, opset=14):
     add("LSTM", 4, 1, ["x", "W", "R", "B"], ["act_y"],
         activations=["HardSigmoid", "ScaledTanh", "Affine"], activation_alpha=[0.3, 1.2, 0.7],
         activation_beta=[0.4, 0.8, -0.1])
-    state = lambda n, d: _vi(n, elem, [d, BATCH, HID])  # noqa: E731
-    m = _model(nodes, [_vi("x", elem, [SEQ, BATCH, IN]), _vi("lens", TP.INT32, [BATCH]), state("h2", 2),
-                       state("c2", 2), state("h1", 1)], [_vi(o, elem) for o in outs], inits, opset)
+    state = lambda n, d: om.vi(n, elem, [d, BATCH, HID])  # noqa: E731
+    m = om.model(nodes, [om.vi("x", elem, [SEQ, BATCH, IN]), om.vi("lens", TP.INT32, [BATCH]), state("h2", 2),
+                       state("c2", 2), state("h1", 1)], [om.vi(o, elem) for o in outs], inits, opset)
     return m
 
 
@@ -71,13 +70,12 @@ def _feeds(dt=np.float32, lens=(5, 2, 0)):
 
 def test_recurrent_layers_match_onnxruntime():
     m = _recurrent_model()
-    plan, sess = _check(m, _feeds(), modes=("kernel", "fused", "sink"), rtol=1e-5, atol=1e-6)
+    plan, sess = om.check(m, _feeds(), modes=("kernel", "fused", "sink"), rtol=1e-5, atol=1e-6)
     # the lengths arrive at run time: other lengths in the same plan (full, and partial)
     for lens in ((5, 5, 5), (1, 4, 3)):
         feeds = _feeds(lens=lens)
-        from test_onnx_semantics import _ort
 
-        want = _ort(m, feeds)
+        want = om.run_ort(m, feeds)
         got = sess.run(feeds)
         for k, w in want.items():
             np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-6, err_msg=f"{k} lens={lens}")
@@ -95,33 +93,32 @@ def test_recurrent_layers_in_float16():
     for v in list(m32.graph.input) + list(m32.graph.output):
         if v.type.tensor_type.elem_type == TP.FLOAT16:
             v.type.tensor_type.elem_type = TP.FLOAT
-    from test_onnx_semantics import _ort
 
     try:  # (onnxruntime 1.30 fails on this model; 1.32 runs it)
-        want = _ort(m32, {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds16.items()})
+        want = om.run_ort(m32, {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds16.items()})
     except Exception as e:
         pytest.skip(f"onnxruntime {ort.__version__} cannot run the float32 model: {str(e)[:200]}")
     want = {k: v.astype(np.float16) for k, v in want.items()}
-    _check(m16, feeds16, modes=("sink",), want=want, rtol=2e-3, atol=2e-3)
+    om.check(m16, feeds16, modes=("sink",), want=want, rtol=2e-3, atol=2e-3)
 
 
 def test_batchwise_layout_matches_onnx_reference():
     from onnx.reference import ReferenceEvaluator
 
     inits = _weights("", 4, 1) + [(f"g{k}", v) for k, v in _weights("", 3, 1)]
-    m = _model([N("LSTM", ["x", "W", "R", "B", "", "h"], ["y", "yh"], hidden_size=HID, layout=1),
+    m = om.model([N("LSTM", ["x", "W", "R", "B", "", "h"], ["y", "yh"], hidden_size=HID, layout=1),
                 N("GRU", ["x", "gW", "gR", "gB"], ["gy"], hidden_size=HID, layout=1)],
-               [_vi("x", TP.FLOAT, [BATCH, SEQ, IN]), _vi("h", TP.FLOAT, [BATCH, 1, HID])],
-               [_vi(o, TP.FLOAT) for o in ("y", "yh", "gy")], inits, opset=14)
+               [om.vi("x", TP.FLOAT, [BATCH, SEQ, IN]), om.vi("h", TP.FLOAT, [BATCH, 1, HID])],
+               [om.vi(o, TP.FLOAT) for o in ("y", "yh", "gy")], inits, opset=14)
     feeds = {"x": _w(BATCH, SEQ, IN), "h": _w(BATCH, 1, HID)}
     want = dict(zip(["y", "yh", "gy"], ReferenceEvaluator(m).run(None, feeds)))
-    plan, sess = _check(m, feeds, modes=("sink",), want=want, rtol=1e-5, atol=1e-6)
+    plan, sess = om.check(m, feeds, modes=("sink",), want=want, rtol=1e-5, atol=1e-6)
     assert sess.run(feeds)["y"].shape == (BATCH, SEQ, 1, HID)
 
 
 def _lstm(inputs, inits, x_shape=(SEQ, BATCH, IN), outputs=("y",), **attrs):
-    return _model([N("LSTM", ["x"] + inputs, list(outputs), name="bad", **attrs)],
-                  [_vi("x", TP.FLOAT, list(x_shape))], [_vi(o, TP.UNDEFINED) for o in outputs], inits, opset=14)
+    return om.model([N("LSTM", ["x"] + inputs, list(outputs), name="bad", **attrs)],
+                  [om.vi("x", TP.FLOAT, list(x_shape))], [om.vi(o, TP.UNDEFINED) for o in outputs], inits, opset=14)
 
 
 _LW = _weights("", 4, 1)
@@ -146,14 +143,14 @@ _LW = _weights("", 4, 1)
 ])
 def test_refused_forms_name_the_node(model, match):
     with pytest.raises((ModelError, ShapeError), match=match):
-        _prepare(model)
+        om.prepare(model)
 
 
 def test_activation_parameters_default_to_the_operators():
     """An activation with no activation_alpha/beta left takes its operator's default
-    (LeakyRelu 0.01, Elu 1.0, HardSigmoid 0.2/0.5), as onnxruntime does (helper-38)."""
+    (LeakyRelu 0.01, Elu 1.0, HardSigmoid 0.2/0.5), as onnxruntime does."""
     inits = [(f"r{k}", v) for k, v in _weights("", 1, 1)] + [(f"g{k}", v) for k, v in _weights("", 3, 1)]
-    m = _model([N("RNN", ["x", "rW", "rR", "rB"], ["ry"], hidden_size=HID, activations=["LeakyRelu"]),
+    m = om.model([N("RNN", ["x", "rW", "rR", "rB"], ["ry"], hidden_size=HID, activations=["LeakyRelu"]),
                 N("GRU", ["x", "gW", "gR", "gB"], ["gy"], hidden_size=HID, activations=["HardSigmoid", "Elu"])],
-               [_vi("x", TP.FLOAT, [SEQ, BATCH, IN])], [_vi("ry", TP.FLOAT), _vi("gy", TP.FLOAT)], inits, opset=14)
-    _check(m, {"x": _w(SEQ, BATCH, IN)}, modes=("sink",), rtol=1e-5, atol=1e-6)
+               [om.vi("x", TP.FLOAT, [SEQ, BATCH, IN])], [om.vi("ry", TP.FLOAT), om.vi("gy", TP.FLOAT)], inits, opset=14)
+    om.check(m, {"x": _w(SEQ, BATCH, IN)}, modes=("sink",), rtol=1e-5, atol=1e-6)

@@ -11,6 +11,7 @@ import pytest
 import jax.numpy as jnp
 from aotplan.core.graph import Node, freeze
 from compiler.ops import nn
+import onnx_models as om  # noqa: E402
 
 R = np.random.default_rng(2032)
 
@@ -64,7 +65,6 @@ def _dw_model():
     (not depthwise) conv, as in MobileNet/EfficientNet blocks."""
     from onnx import TensorProto as TP, helper
 
-    from test_onnx_semantics import _model, _vi
 
     N = helper.make_node
     nodes = [N("Conv", ["x", "w1", "b1"], ["a"], group=8, strides=[2, 2], pads=[1, 1, 1, 1]), N("Relu", ["a"], ["r"]),
@@ -73,7 +73,7 @@ def _dw_model():
     inits = [("w1", R.standard_normal((8, 1, 3, 3)).astype(np.float32)), ("b1", R.standard_normal(8).astype(np.float32)),
              ("w2", R.standard_normal((8, 1, 5, 5)).astype(np.float32)),
              ("w3", R.standard_normal((6, 4, 3, 3)).astype(np.float32))]
-    return _model(nodes, [_vi("x", TP.FLOAT, [2, 8, 15, 13])], [_vi("y", TP.FLOAT)], inits)
+    return om.model(nodes, [om.vi("x", TP.FLOAT, [2, 8, 15, 13])], [om.vi("y", TP.FLOAT)], inits)
 
 
 @pytest.mark.parametrize("mode, policy", [("sink", "auto"), ("sink", "default"), ("fused", "blocked"),
@@ -83,11 +83,10 @@ def test_depthwise_plans_match_onnxruntime(mode, policy):
     pytest.importorskip("onnxruntime")
     import jax
 
-    from test_onnx_added_ops import _check
 
     m = _dw_model()
     x = R.standard_normal((2, 8, 15, 13)).astype(np.float32)
-    _, sess = _check(m, {"x": x}, modes=(mode,), rtol=1e-5, atol=1e-5, format_policy=policy)
+    _, sess = om.check(m, {"x": x}, modes=(mode,), rtol=1e-5, atol=1e-5, format_policy=policy)
     if mode == "sink" and jax.devices()[0].platform == "cpu":  # the depthwise ones are taps now
         (kernel,) = sess._kernels.values()
         assert kernel.as_text().count("convolution(") == 1, "only the grouped conv stays an XLA convolution"

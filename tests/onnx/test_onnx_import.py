@@ -123,7 +123,7 @@ def test_without_onnx_installed_says_how_to_get_it(tmp_path):
     assert r.returncode == 2 and "pip install 'aotplan[onnx]'" in r.stderr, r.stderr
 
 
-# ------------------------------------------------------------ malformed models (review)
+# ------------------------------------------------------------ malformed models
 
 def _tiny(path, nodes, inputs=None, outputs=None, inits=(), opset=13, ir_version=None):
     """x FLOAT[1,4] -> nodes -> y FLOAT[1,4] unless told otherwise."""

@@ -4,7 +4,7 @@ on inputs and outputs; Loop with scan outputs, outer values read in the body, a 
 count folded from shapes or frozen, zero iterations, a condition computed at run time
 (each iteration's results kept while it holds), nested loops, a model.json round trip;
 and the errors. ONNX's own Loop/Scan node tests (loop11, scan9_*, scan_sum, the
-Range and linear-attention expansions) run in tests/test_onnx_node.py."""
+Range and linear-attention expansions) run in tests/onnx/test_onnx_node.py."""
 
 import numpy as np
 import pytest
@@ -14,8 +14,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
 from aotplan.core.errors import LimitError, ModelError  # noqa: E402
-from test_onnx_added_ops import _check, _ort, _prepare  # noqa: E402
-from test_onnx_semantics import _model, _vi  # noqa: E402
+import onnx_models as om  # noqa: E402
 
 R = np.random.default_rng(2032)
 N = helper.make_node
@@ -37,22 +36,22 @@ def _scan_model():
         N("Tanh", ["p3"], ["p4"]),
         N("ReduceSum", ["s2"], ["sum"], keepdims=0),
         N("Identity", ["p4"], ["pout"]),
-    ], [_vi("s", TP.FLOAT, [3, 4]), _vi("p", TP.FLOAT, [4]), _vi("xs", TP.FLOAT, [3, 4]), _vi("ys", TP.FLOAT, [4])],
-        [_vi("s2", TP.FLOAT, [3, 4]), _vi("p4", TP.FLOAT, [4]), _vi("sum", TP.FLOAT, []),
-         _vi("pout", TP.FLOAT, [4])])
+    ], [om.vi("s", TP.FLOAT, [3, 4]), om.vi("p", TP.FLOAT, [4]), om.vi("xs", TP.FLOAT, [3, 4]), om.vi("ys", TP.FLOAT, [4])],
+        [om.vi("s2", TP.FLOAT, [3, 4]), om.vi("p4", TP.FLOAT, [4]), om.vi("sum", TP.FLOAT, []),
+         om.vi("pout", TP.FLOAT, [4])])
     nodes = [N("Scan", ["s0", "p0", "x", "y"], ["s_final", "p_final", "sums", "prods"], body=body,
                num_scan_inputs=2, scan_input_axes=[1, -1], scan_input_directions=[0, 1], scan_output_axes=[0, 1],
                scan_output_directions=[0, 1])]
-    return _model(nodes, [_vi("s0", TP.FLOAT, [3, 4]), _vi("p0", TP.FLOAT, [4]), _vi("x", TP.FLOAT, [3, 5, 4]),
-                          _vi("y", TP.FLOAT, [4, 5])],
-                  [_vi(o, TP.FLOAT) for o in ("s_final", "p_final", "sums", "prods")],
+    return om.model(nodes, [om.vi("s0", TP.FLOAT, [3, 4]), om.vi("p0", TP.FLOAT, [4]), om.vi("x", TP.FLOAT, [3, 5, 4]),
+                          om.vi("y", TP.FLOAT, [4, 5])],
+                  [om.vi(o, TP.FLOAT) for o in ("s_final", "p_final", "sums", "prods")],
                   [("w", R.standard_normal(4).astype(np.float32))], opset=16)
 
 
 def test_scan_matches_onnxruntime():
     feeds = {"s0": R.standard_normal((3, 4)).astype(np.float32), "p0": R.standard_normal(4).astype(np.float32),
              "x": R.standard_normal((3, 5, 4)).astype(np.float32), "y": R.standard_normal((4, 5)).astype(np.float32)}
-    _check(_scan_model(), feeds, modes=("kernel", "fused", "sink"), rtol=1e-5, atol=1e-5)
+    om.check(_scan_model(), feeds, modes=("kernel", "fused", "sink"), rtol=1e-5, atol=1e-5)
 
 
 def _loop_model(m=None, cond_body=None, scan=True, opset=16):
@@ -63,23 +62,23 @@ def _loop_model(m=None, cond_body=None, scan=True, opset=16):
     body_nodes = [N("Unsqueeze", ["i", "ax0"], ["i1"]), N("Gather", ["x", "i"], ["xi"]),
                   N("Mul", ["v", "half"], ["vh"]), N("Add", ["vh", "xi"], ["v2"]), N("Identity", ["v2"], ["vs"])]
     body_nodes += cond_body or [N("Identity", ["c"], ["c_out"])]
-    outs = [_vi("c_out", TP.BOOL, []), _vi("v2", TP.FLOAT, [3])] + ([_vi("vs", TP.FLOAT, [3])] if scan else [])
-    body = _graph("body", body_nodes, [_vi("i", TP.INT64, []), _vi("c", TP.BOOL, []), _vi("v", TP.FLOAT, [3])], outs)
+    outs = [om.vi("c_out", TP.BOOL, []), om.vi("v2", TP.FLOAT, [3])] + ([om.vi("vs", TP.FLOAT, [3])] if scan else [])
+    body = _graph("body", body_nodes, [om.vi("i", TP.INT64, []), om.vi("c", TP.BOOL, []), om.vi("v", TP.FLOAT, [3])], outs)
     inits = [("x", R.standard_normal((6, 3)).astype(np.float32)), ("half", np.float32(0.5)),
              ("ax0", np.array([0], np.int64)), ("t", np.array(True))]
-    inputs = [_vi("v0", TP.FLOAT, [3])]
+    inputs = [om.vi("v0", TP.FLOAT, [3])]
     if m is None:
-        inputs.append(_vi("m", TP.INT64, []))
+        inputs.append(om.vi("m", TP.INT64, []))
     else:
         inits.append(("m", np.array(m, np.int64)))
     loop_outs = ["v_final"] + (["vs_all"] if scan else [])
-    return _model([N("Loop", ["m", "t", "v0"], loop_outs, body=body)], inputs,
-                  [_vi(o, TP.FLOAT) for o in loop_outs], inits, opset=opset)
+    return om.model([N("Loop", ["m", "t", "v0"], loop_outs, body=body)], inputs,
+                  [om.vi(o, TP.FLOAT) for o in loop_outs], inits, opset=opset)
 
 
 @pytest.mark.parametrize("m", [6, 1, 0])
 def test_loop_with_scan_outputs_matches_onnxruntime(m):
-    _check(_loop_model(m), {"v0": R.standard_normal(3).astype(np.float32)}, modes=("kernel", "sink"), rtol=1e-6,
+    om.check(_loop_model(m), {"v0": R.standard_normal(3).astype(np.float32)}, modes=("kernel", "sink"), rtol=1e-6,
            atol=1e-6)
 
 
@@ -95,7 +94,7 @@ def test_loop_trip_count_from_a_graph_input_must_be_frozen():
                                          r"\(freeze 'm' with --freeze-input"):
         pipeline.prepare(g)
     v0 = R.standard_normal(3).astype(np.float32)
-    want = _ort(model, {"v0": v0, "m": np.array(4, np.int64)})
+    want = om.run_ort(model, {"v0": v0, "m": np.array(4, np.int64)})
     frozen = fold.freeze_inputs(g, {"m": np.array(4, np.int64)})
     plan = pipeline.compile_graph(frozen, "d").plan
     import executor
@@ -114,7 +113,7 @@ def _threshold_cond():
 def test_loop_condition_known_at_run_time_matches_onnxruntime(v0):
     m = _loop_model(6, cond_body=_threshold_cond(), scan=False)
     m.graph.initializer.append(onnx.numpy_helper.from_array(np.float32(3), "three"))
-    plan, _ = _check(m, {"v0": v0}, modes=("sink",), rtol=1e-6, atol=1e-6)
+    plan, _ = om.check(m, {"v0": v0}, modes=("sink",), rtol=1e-6, atol=1e-6)
 
 
 def test_loop_condition_at_run_time_with_scan_outputs_is_refused():
@@ -122,12 +121,12 @@ def test_loop_condition_at_run_time_with_scan_outputs_is_refused():
     m.graph.initializer.append(onnx.numpy_helper.from_array(np.float32(3), "three"))
     with pytest.raises(ModelError, match=r"'Loop_0' \(Loop\): its condition is known only at run time, and it has "
                                          r"scan outputs"):
-        _prepare(m)
+        om.prepare(m)
 
 
 def test_loop_condition_from_a_constant_false_runs_once():
     cond = [N("Constant", [], ["c_out"], value=onnx.numpy_helper.from_array(np.array(False)))]
-    _check(_loop_model(6, cond_body=cond), {"v0": np.ones(3, np.float32)}, modes=("sink",), rtol=1e-6, atol=1e-6)
+    om.check(_loop_model(6, cond_body=cond), {"v0": np.ones(3, np.float32)}, modes=("sink",), rtol=1e-6, atol=1e-6)
 
 
 def test_nested_loop_in_a_scan_body_and_a_loop_invariant_node():
@@ -136,16 +135,16 @@ def test_nested_loop_in_a_scan_body_and_a_loop_invariant_node():
     values (loop-invariant) feeds both."""
     inner = _graph("inner", [N("Add", ["acc", "xs"], ["a1"]), N("Mul", ["a1", "k2"], ["a2"]),
                              N("Identity", ["c"], ["co"])],
-                   [_vi("i", TP.INT64, []), _vi("c", TP.BOOL, []), _vi("acc", TP.FLOAT, [2])],
-                   [_vi("co", TP.BOOL, []), _vi("a2", TP.FLOAT, [2])])
+                   [om.vi("i", TP.INT64, []), om.vi("c", TP.BOOL, []), om.vi("acc", TP.FLOAT, [2])],
+                   [om.vi("co", TP.BOOL, []), om.vi("a2", TP.FLOAT, [2])])
     body = _graph("body", [N("Loop", ["three", "t", "s"], ["s2"], body=inner), N("Neg", ["s2"], ["o"])],
-                  [_vi("s", TP.FLOAT, [2]), _vi("xs", TP.FLOAT, [2])], [_vi("s2", TP.FLOAT, [2]), _vi("o", TP.FLOAT, [2])])
+                  [om.vi("s", TP.FLOAT, [2]), om.vi("xs", TP.FLOAT, [2])], [om.vi("s2", TP.FLOAT, [2]), om.vi("o", TP.FLOAT, [2])])
     nodes = [N("Mul", ["k", "k"], ["k2"]),
              N("Scan", ["s0", "x"], ["s_final", "os"], body=body, num_scan_inputs=1)]
-    m = _model(nodes, [_vi("s0", TP.FLOAT, [2]), _vi("x", TP.FLOAT, [4, 2])], [_vi("s_final", TP.FLOAT),
-                                                                               _vi("os", TP.FLOAT)],
+    m = om.model(nodes, [om.vi("s0", TP.FLOAT, [2]), om.vi("x", TP.FLOAT, [4, 2])], [om.vi("s_final", TP.FLOAT),
+                                                                               om.vi("os", TP.FLOAT)],
                [("k", np.float32(0.9)), ("three", np.array(3, np.int64)), ("t", np.array(True))], opset=16)
-    _check(m, {"s0": R.standard_normal(2).astype(np.float32), "x": R.standard_normal((4, 2)).astype(np.float32)},
+    om.check(m, {"s0": R.standard_normal(2).astype(np.float32), "x": R.standard_normal((4, 2)).astype(np.float32)},
            modes=("sink", "kernel"), rtol=1e-5, atol=1e-6)
 
 
@@ -165,7 +164,7 @@ def test_loop_survives_a_model_json_round_trip(tmp_path):
     again, digest = model_json.load(path)
     v0 = R.standard_normal(3).astype(np.float32)
     got = executor.Session(pipeline.compile_graph(again, digest).plan, warmup=False).run({"v0": v0})
-    want = _ort(model, {"v0": v0})
+    want = om.run_ort(model, {"v0": v0})
     for k, w in want.items():
         np.testing.assert_allclose(got[k], w, rtol=1e-6, atol=1e-6)
 
@@ -173,27 +172,27 @@ def test_loop_survives_a_model_json_round_trip(tmp_path):
 def test_cast_like_matches_onnxruntime():
     nodes = [N("CastLike", ["x", "like_i"], ["xi"]), N("CastLike", ["x", "like_h"], ["xh"]),
              N("CastLike", ["x", "like_b"], ["xb"]), N("CastLike", ["n", "x"], ["nf"])]
-    m = _model(nodes, [_vi("x", TP.FLOAT, [2, 3]), _vi("n", TP.INT32, [4])],
-               [_vi("xi", TP.INT32), _vi("xh", TP.FLOAT16), _vi("xb", TP.BOOL), _vi("nf", TP.FLOAT)],
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [2, 3]), om.vi("n", TP.INT32, [4])],
+               [om.vi("xi", TP.INT32), om.vi("xh", TP.FLOAT16), om.vi("xb", TP.BOOL), om.vi("nf", TP.FLOAT)],
                [("like_i", np.zeros(1, np.int32)), ("like_h", np.zeros(2, np.float16)), ("like_b", np.array(True))],
                opset=19)
     x = np.array([[-2.7, 0.0, 1.5], [3.9, -0.0, 7.25]], np.float32)
-    _check(m, {"x": x, "n": np.array([-3, 0, 5, 9], np.int32)}, modes=("sink",), rtol=0, atol=0)
+    om.check(m, {"x": x, "n": np.array([-3, 0, 5, 9], np.int32)}, modes=("sink",), rtol=0, atol=0)
 
 
 def _while_model():
     body = _graph("body", [N("Identity", ["c"], ["co"]), N("Identity", ["v"], ["v2"])],
-                  [_vi("i", TP.INT64, []), _vi("c", TP.BOOL, []), _vi("v", TP.FLOAT, [3])],
-                  [_vi("co", TP.BOOL, []), _vi("v2", TP.FLOAT, [3])])
-    return _model([N("Loop", ["", "t", "x"], ["y"], body=body)], [_vi("x", TP.FLOAT, [3])], [_vi("y", TP.FLOAT)],
+                  [om.vi("i", TP.INT64, []), om.vi("c", TP.BOOL, []), om.vi("v", TP.FLOAT, [3])],
+                  [om.vi("co", TP.BOOL, []), om.vi("v2", TP.FLOAT, [3])])
+    return om.model([N("Loop", ["", "t", "x"], ["y"], body=body)], [om.vi("x", TP.FLOAT, [3])], [om.vi("y", TP.FLOAT)],
                   [("t", np.array(True))], opset=16)
 
 
 def _scan8_with_lens():
-    body = _graph("body", [N("Add", ["s", "xs"], ["s2"])], [_vi("s", TP.FLOAT, [2]), _vi("xs", TP.FLOAT, [2])],
-                  [_vi("s2", TP.FLOAT, [2])])
-    return _model([N("Scan", ["lens", "s0", "x"], ["y"], body=body, num_scan_inputs=1)],
-                  [_vi("s0", TP.FLOAT, [1, 2]), _vi("x", TP.FLOAT, [1, 3, 2])], [_vi("y", TP.FLOAT)],
+    body = _graph("body", [N("Add", ["s", "xs"], ["s2"])], [om.vi("s", TP.FLOAT, [2]), om.vi("xs", TP.FLOAT, [2])],
+                  [om.vi("s2", TP.FLOAT, [2])])
+    return om.model([N("Scan", ["lens", "s0", "x"], ["y"], body=body, num_scan_inputs=1)],
+                  [om.vi("s0", TP.FLOAT, [1, 2]), om.vi("x", TP.FLOAT, [1, 3, 2])], [om.vi("y", TP.FLOAT)],
                   [("lens", np.array([3], np.int32))], opset=8)
 
 
@@ -204,7 +203,7 @@ def _scan8_with_lens():
 ])
 def test_loop_errors(make, err, match):
     with pytest.raises(err, match=match):
-        _prepare(make())
+        om.prepare(make())
 
 
 def _marker_graph(enter_attrs=None, exit_attrs=None, exit_inputs=("c", "v1"), exit_outputs=("y",), enter="L"):

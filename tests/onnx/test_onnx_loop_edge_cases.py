@@ -1,6 +1,8 @@
-"""ONNX Loop/Scan unrolling (passes/unroll.py, frontends/onnx_import.py): the cases a
-review (helper-42) found wrong at 7d1a10d, each marked "was:" with what happened then,
-and the harder cases that were right, kept as regression tests. Where onnxruntime is wrong (a body input passed straight through as an output, an empty
+"""ONNX Loop/Scan unrolling (passes/unroll.py, frontends/onnx_import.py): edge cases:
+trip counts of odd shapes and types, conditions of shape [1], names that collide with
+the markers, a tensor scanned twice, loops reading other loops, loops in dead branches,
+the copy limit and scan directions (each marked "was:" where it once failed, with what
+happened then). Where onnxruntime is wrong (a body input passed straight through as an output, an empty
 Loop output name), the expected values are written out with numpy."""
 
 import numpy as np
@@ -11,8 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
 from aotplan.core.errors import LimitError, ModelError, ShapeError  # noqa: E402
-from test_onnx_added_ops import _check, _prepare  # noqa: E402
-from test_onnx_semantics import _model, _vi  # noqa: E402
+import onnx_models as om  # noqa: E402
 
 N, F, I64, B = helper.make_node, TP.FLOAT, TP.INT64, TP.BOOL
 R = np.random.default_rng(7)
@@ -29,11 +30,11 @@ def _f32(*s):
 def _add_one_loop(m_value, cond=("t", np.array(True)), vshape=(2,), extra=(), name="L"):
     """v' = v + 1; the condition passed through."""
     body = _g("body", [N("Add", ["v", "one"], ["v2"]), N("Identity", ["c"], ["co"])],
-              [_vi("i", I64, []), _vi("c", B, None), _vi("v", F, list(vshape))],
-              [_vi("co", B, None), _vi("v2", F, list(vshape))])
+              [om.vi("i", I64, []), om.vi("c", B, None), om.vi("v", F, list(vshape))],
+              [om.vi("co", B, None), om.vi("v2", F, list(vshape))])
     inits = [("one", np.float32(1)), ("M", m_value)] + ([cond] if cond else [])
-    return _model(list(extra) + [N("Loop", ["M", cond[0] if cond else "", "v0"], ["vf"], body=body, name=name)],
-                  [_vi("v0", F, list(vshape))], [_vi("vf", F)], inits, opset=16)
+    return om.model(list(extra) + [N("Loop", ["M", cond[0] if cond else "", "v0"], ["vf"], body=body, name=name)],
+                  [om.vi("v0", F, list(vshape))], [om.vi("vf", F)], inits, opset=16)
 
 
 # ---------------------------------------------------------------- were wrong results / crashes
@@ -44,9 +45,9 @@ def test_runtime_condition_of_shape_1_keeps_scalar_carried_scalar():
     Fixed: unroll._unroll/_loop_count: pass `start` through _scalar (reshape to [])."""
     m = _add_one_loop(np.array(3, np.int64), cond=None, vshape=())
     m.graph.node[0].input[1] = "cin"
-    m.graph.input.append(_vi("cin", B, [1]))
+    m.graph.input.append(om.vi("cin", B, [1]))
     for c in (True, False):
-        _check(m, {"v0": np.array(2, np.float32), "cin": np.array([c])}, modes=("sink",))
+        om.check(m, {"v0": np.array(2, np.float32), "cin": np.array([c])}, modes=("sink",))
 
 
 @pytest.mark.parametrize("m, err", [(np.array([2, 3], np.int64), ModelError), (np.float32(2.5), ModelError)],
@@ -57,42 +58,42 @@ def test_bad_trip_count_is_refused_naming_the_loop(m, err):
     onnxruntime refuses). _loop_enter_infer checks it, but only in the lenient fold,
     which poisons instead of raising. Fixed: _unroll: check consts[m] (int64, 1 element)."""
     with pytest.raises(err, match=r"node 'L' \(Loop\)"):
-        _prepare(_add_one_loop(m))
+        om.prepare(_add_one_loop(m))
 
 
 @pytest.mark.parametrize("c", [np.float32(1), np.array([True, True])], ids=["float", "shape-2"])
 def test_bad_constant_condition_error_names_the_loop(c):
     """Was: 'a Loop condition 't' must be a bool tensor...' names no node (_bool)."""
     with pytest.raises(ModelError, match=r"node 'L' \(Loop\)"):
-        _prepare(_add_one_loop(np.array(2, np.int64), cond=("t", c)))
+        om.prepare(_add_one_loop(np.array(2, np.int64), cond=("t", c)))
 
 
 def test_exit_marker_name_collides_with_a_model_node():
     """Was: the importer names the exit marker f'{node}:exit' without reserving it in
     used_names: a (valid) model with a node named 'L:exit' -> 'node name used twice'."""
     m = _add_one_loop(np.array(2, np.int64), extra=[N("Identity", ["v0"], ["v0b"], name="L:exit")])
-    m.graph.output.append(_vi("v0b", F))
-    _check(m, {"v0": _f32(2)}, modes=("sink",))
+    m.graph.output.append(om.vi("v0b", F))
+    om.check(m, {"v0": _f32(2)}, modes=("sink",))
 
 
 def test_scan8_same_tensor_as_two_scan_inputs():
     """Was: Scan-8's batch marker names its outputs f'{batch}:{input}', so one tensor given
     twice gives one output name twice ('already produced by node')."""
     body = _g("body", [N("Add", ["s", "xs"], ["s2"]), N("Mul", ["xs", "ys"], ["o"])],
-              [_vi("s", F, [2]), _vi("xs", F, [2]), _vi("ys", F, [2])], [_vi("s2", F, [2]), _vi("o", F, [2])])
-    m = _model([N("Scan", ["", "s0", "x", "x"], ["y", "os"], body=body, num_scan_inputs=2)],
-               [_vi("s0", F, [3, 2]), _vi("x", F, [3, 4, 2])], [_vi("y", F), _vi("os", F)], opset=8)
-    _check(m, {"s0": _f32(3, 2), "x": _f32(3, 4, 2)}, modes=("sink",))
+              [om.vi("s", F, [2]), om.vi("xs", F, [2]), om.vi("ys", F, [2])], [om.vi("s2", F, [2]), om.vi("o", F, [2])])
+    m = om.model([N("Scan", ["", "s0", "x", "x"], ["y", "os"], body=body, num_scan_inputs=2)],
+               [om.vi("s0", F, [3, 2]), om.vi("x", F, [3, 4, 2])], [om.vi("y", F), om.vi("os", F)], opset=8)
+    om.check(m, {"s0": _f32(3, 2), "x": _f32(3, 4, 2)}, modes=("sink",))
 
 
 def _two_loops(body_b_nodes, b_out, m_b):
     """Loop A (v + 1, 3 times); Loop B's body reads A's output `aout` (an outer value)."""
     body_a = _g("a", [N("Add", ["v", "one"], ["v2"]), N("Identity", ["c"], ["co"])],
-                [_vi("i", I64, []), _vi("c", B, []), _vi("v", F, [2])], [_vi("co", B, []), _vi("v2", F, [2])])
-    body_b = _g("b", body_b_nodes, [_vi("i", I64, []), _vi("c", B, []), _vi("u", F, None)], b_out)
+                [om.vi("i", I64, []), om.vi("c", B, []), om.vi("v", F, [2])], [om.vi("co", B, []), om.vi("v2", F, [2])])
+    body_b = _g("b", body_b_nodes, [om.vi("i", I64, []), om.vi("c", B, []), om.vi("u", F, None)], b_out)
     outs = ["uf"] + (["ss"] if len(b_out) > 2 else [])
-    return _model([N("Loop", ["M3", "t", "x"], ["aout"], body=body_a), N("Loop", ["MB", "t", "x"], outs, body=body_b)],
-                  [_vi("x", F, [2])], [_vi(o, F) for o in ["aout"] + outs],
+    return om.model([N("Loop", ["M3", "t", "x"], ["aout"], body=body_a), N("Loop", ["MB", "t", "x"], outs, body=body_b)],
+                  [om.vi("x", F, [2])], [om.vi(o, F) for o in ["aout"] + outs],
                   [("one", np.float32(1)), ("t", np.array(True)), ("M3", np.array(3, np.int64)),
                    ("MB", np.array(m_b, np.int64))], opset=16)
 
@@ -103,8 +104,8 @@ def test_zero_trip_loop_reading_another_loops_output():
     output 'ss' is unknown'. Fixed: _round: defer a loop whose body reads a value missing
     from `info` (or produced by a loop_exit still in the graph)."""
     m = _two_loops([N("Add", ["u", "aout"], ["u2"]), N("Identity", ["c"], ["co"]), N("Mul", ["u2", "aout"], ["so"])],
-                   [_vi("co", B, []), _vi("u2", F, [2]), _vi("so", F, [2])], 0)
-    _check(m, {"x": _f32(2)}, modes=("sink",))
+                   [om.vi("co", B, []), om.vi("u2", F, [2]), om.vi("so", F, [2])], 0)
+    om.check(m, {"x": _f32(2)}, modes=("sink",))
 
 
 def test_runtime_condition_shape_check_skipped_when_body_reads_another_loop():
@@ -112,9 +113,9 @@ def test_runtime_condition_shape_check_skipped_when_body_reads_another_loop():
     unroll's 'the results need one shape' error; info lacks the types, the check is
     skipped and a `where` on internal names fails instead."""
     m = _two_loops([N("Concat", ["u", "aout"], ["u2"], axis=0), N("ReduceSum", ["u2"], ["s"], keepdims=0),
-                    N("Less", ["s", "one"], ["co"])], [_vi("co", B, []), _vi("u2", F, None)], 3)
+                    N("Less", ["s", "one"], ["co"])], [om.vi("co", B, []), om.vi("u2", F, None)], 3)
     with pytest.raises(ModelError, match=r"node 'Loop_1' \(Loop\): the loop-carried value .* known only at run time"):
-        _prepare(m)
+        om.prepare(m)
 
 
 def test_dead_if_branch_inside_a_loop_copy_holding_a_loop():
@@ -123,16 +124,16 @@ def test_dead_if_branch_inside_a_loop_copy_holding_a_loop():
     _without_dead_branches: the dead branch's Loop (run-time trip count) is refused. The
     same If at the top level compiles. Fixed: drop dead branches between rounds."""
     inner = _g("inner", [N("Add", ["a", "one"], ["a2"]), N("Identity", ["c2"], ["co2"])],
-               [_vi("j", I64, []), _vi("c2", B, []), _vi("a", F, [2])], [_vi("co2", B, []), _vi("a2", F, [2])])
-    thn = _g("then", [N("Add", ["v", "one"], ["r"])], [], [_vi("r", F, [2])])
-    els = _g("else", [N("Loop", ["Mrt", "t", "v"], ["r"], body=inner)], [], [_vi("r", F, [2])])
+               [om.vi("j", I64, []), om.vi("c2", B, []), om.vi("a", F, [2])], [om.vi("co2", B, []), om.vi("a2", F, [2])])
+    thn = _g("then", [N("Add", ["v", "one"], ["r"])], [], [om.vi("r", F, [2])])
+    els = _g("else", [N("Loop", ["Mrt", "t", "v"], ["r"], body=inner)], [], [om.vi("r", F, [2])])
     body = _g("body", [N("Less", ["i", "two"], ["lt"]), N("If", ["lt"], ["v2"], then_branch=thn, else_branch=els),
                        N("Identity", ["c"], ["co"])],
-              [_vi("i", I64, []), _vi("c", B, []), _vi("v", F, [2])], [_vi("co", B, []), _vi("v2", F, [2])])
-    m = _model([N("Loop", ["M", "t", "x"], ["y"], body=body)], [_vi("x", F, [2]), _vi("Mrt", I64, [])], [_vi("y", F)],
+              [om.vi("i", I64, []), om.vi("c", B, []), om.vi("v", F, [2])], [om.vi("co", B, []), om.vi("v2", F, [2])])
+    m = om.model([N("Loop", ["M", "t", "x"], ["y"], body=body)], [om.vi("x", F, [2]), om.vi("Mrt", I64, [])], [om.vi("y", F)],
                [("one", np.float32(1)), ("t", np.array(True)), ("M", np.array(2, np.int64)),
                 ("two", np.array(2, np.int64))], opset=16)
-    _check(m, {"x": _f32(2), "Mrt": np.array(5, np.int64)}, modes=("sink",))
+    om.check(m, {"x": _f32(2), "Mrt": np.array(5, np.int64)}, modes=("sink",))
 
 
 def test_copy_limit_ignores_per_iteration_marker_nodes(monkeypatch):
@@ -144,22 +145,22 @@ def test_copy_limit_ignores_per_iteration_marker_nodes(monkeypatch):
     from compiler.passes import unroll
 
     monkeypatch.setattr(unroll, "MAX_COPIES", 100)
-    body = _g("body", [N("Identity", ["x"], ["xo"])], [_vi("i", I64, []), _vi("c", B, []), _vi("v", F, [2])],
-              [_vi("c", B, []), _vi("v", F, [2]), _vi("xo", F, [2])])
-    m = _model([N("Loop", ["M", "t", "v0"], ["vf", "xs"], body=body)], [_vi("v0", F, [2]), _vi("x", F, [2])],
-               [_vi("vf", F), _vi("xs", F)], [("M", np.array(1000, np.int64)), ("t", np.array(True))], opset=16)
+    body = _g("body", [N("Identity", ["x"], ["xo"])], [om.vi("i", I64, []), om.vi("c", B, []), om.vi("v", F, [2])],
+              [om.vi("c", B, []), om.vi("v", F, [2]), om.vi("xo", F, [2])])
+    m = om.model([N("Loop", ["M", "t", "v0"], ["vf", "xs"], body=body)], [om.vi("v0", F, [2]), om.vi("x", F, [2])],
+               [om.vi("vf", F), om.vi("xs", F)], [("M", np.array(1000, np.int64)), ("t", np.array(True))], opset=16)
     with pytest.raises(LimitError, match=r"node 'Loop_0' \(Loop\)"):
-        _prepare(m)
+        om.prepare(m)
 
 
 def test_scan_output_direction_must_be_0_or_1():
     """Was: scan_output_directions [2] is taken as 'reverse' (inputs are checked)."""
-    body = _g("b", [N("Add", ["s", "a"], ["s2"]), N("Neg", ["a"], ["na"])], [_vi("s", F, [2]), _vi("a", F, [2])],
-              [_vi("s2", F, [2]), _vi("na", F, [2])])
-    m = _model([N("Scan", ["s0", "x"], ["sf", "o"], body=body, num_scan_inputs=1, scan_output_directions=[2])],
-               [_vi("s0", F, [2]), _vi("x", F, [3, 2])], [_vi("sf", F), _vi("o", F)], opset=16)
+    body = _g("b", [N("Add", ["s", "a"], ["s2"]), N("Neg", ["a"], ["na"])], [om.vi("s", F, [2]), om.vi("a", F, [2])],
+              [om.vi("s2", F, [2]), om.vi("na", F, [2])])
+    m = om.model([N("Scan", ["s0", "x"], ["sf", "o"], body=body, num_scan_inputs=1, scan_output_directions=[2])],
+               [om.vi("s0", F, [2]), om.vi("x", F, [3, 2])], [om.vi("sf", F), om.vi("o", F)], opset=16)
     with pytest.raises((ModelError, ShapeError), match=r"'Scan_0'.*direction"):
-        _prepare(m)
+        om.prepare(m)
 
 
 # ---------------------------------------------------------------- these worked: kept as regression tests
@@ -169,32 +170,32 @@ def test_scan_axes_directions_passthroughs():
     a state passed through, a slice and an outer value as scan outputs. (onnxruntime
     returns 0 for the passed-through state: numpy is the oracle.)"""
     body = _g("b", [N("Add", ["s", "a"], ["s2"]), N("Mul", ["b", "c"], ["bc"]), N("Identity", ["w"], ["wi"])],
-              [_vi("s", F, [2]), _vi("p", F, [3]), _vi("a", F, [2]), _vi("b", F, [2]), _vi("c", F, [2])],
-              [_vi("s2", F, [2]), _vi("p", F, [3]), _vi("bc", F, [2]), _vi("a", F, [2]), _vi("wi", F, [2]),
-               _vi("b", F, [2])])
+              [om.vi("s", F, [2]), om.vi("p", F, [3]), om.vi("a", F, [2]), om.vi("b", F, [2]), om.vi("c", F, [2])],
+              [om.vi("s2", F, [2]), om.vi("p", F, [3]), om.vi("bc", F, [2]), om.vi("a", F, [2]), om.vi("wi", F, [2]),
+               om.vi("b", F, [2])])
     w = _f32(2)
-    m = _model([N("Scan", ["s0", "p0", "x", "y", "z"], ["sf", "pf", "o1", "o2", "o3", "o4"], body=body,
+    m = om.model([N("Scan", ["s0", "p0", "x", "y", "z"], ["sf", "pf", "o1", "o2", "o3", "o4"], body=body,
                   num_scan_inputs=3, scan_input_axes=[0, -1, 1], scan_input_directions=[1, 0, 1],
                   scan_output_axes=[-1, -2, 1, 0], scan_output_directions=[1, 0, 1, 1])],
-               [_vi("s0", F, [2]), _vi("p0", F, [3]), _vi("x", F, [4, 2]), _vi("y", F, [2, 4]), _vi("z", F, [2, 4])],
-               [_vi(o, F) for o in ["sf", "pf", "o1", "o2", "o3", "o4"]], [("w", w)], opset=16)
+               [om.vi("s0", F, [2]), om.vi("p0", F, [3]), om.vi("x", F, [4, 2]), om.vi("y", F, [2, 4]), om.vi("z", F, [2, 4])],
+               [om.vi(o, F) for o in ["sf", "pf", "o1", "o2", "o3", "o4"]], [("w", w)], opset=16)
     fd = {"s0": _f32(2), "p0": _f32(3), "x": _f32(4, 2), "y": _f32(2, 4), "z": _f32(2, 4)}
     a = [fd["x"][3 - k] for k in range(4)]
     b = [fd["y"][:, k] for k in range(4)]
     c = [fd["z"][:, 3 - k] for k in range(4)]
     want = {"sf": fd["s0"] + sum(a), "pf": fd["p0"], "o1": np.stack([p * q for p, q in zip(b, c)][::-1], -1),
             "o2": np.stack(a, 0), "o3": np.stack([w] * 4, 1), "o4": np.stack(b[::-1], 0)}
-    _check(m, fd, modes=("sink", "kernel"), want=want)
+    om.check(m, fd, modes=("sink", "kernel"), want=want)
 
 
 def test_scan_zero_length():
     """(onnxruntime fails on a zero-length scan axis.)"""
-    body = _g("b", [N("Add", ["s", "a"], ["s2"]), N("Neg", ["a"], ["na"])], [_vi("s", F, [2]), _vi("a", F, [2])],
-              [_vi("s2", F, [2]), _vi("na", F, [2])])
-    m = _model([N("Scan", ["s0", "x"], ["sf", "o"], body=body, num_scan_inputs=1, scan_output_axes=[1])],
-               [_vi("s0", F, [2]), _vi("x", F, [0, 2])], [_vi("sf", F), _vi("o", F)], opset=16)
+    body = _g("b", [N("Add", ["s", "a"], ["s2"]), N("Neg", ["a"], ["na"])], [om.vi("s", F, [2]), om.vi("a", F, [2])],
+              [om.vi("s2", F, [2]), om.vi("na", F, [2])])
+    m = om.model([N("Scan", ["s0", "x"], ["sf", "o"], body=body, num_scan_inputs=1, scan_output_axes=[1])],
+               [om.vi("s0", F, [2]), om.vi("x", F, [0, 2])], [om.vi("sf", F), om.vi("o", F)], opset=16)
     s0 = _f32(2)
-    _check(m, {"s0": s0, "x": np.zeros((0, 2), np.float32)}, modes=("sink",),
+    om.check(m, {"s0": s0, "x": np.zeros((0, 2), np.float32)}, modes=("sink",),
            want={"sf": s0, "o": np.zeros((2, 0), np.float32)})
 
 
@@ -202,36 +203,36 @@ def test_inner_trip_count_from_outer_iteration_and_growing_carried():
     """Inner Loop runs i + 1 times (one unroll per outer copy); a Concat-grown carried
     value with a constant condition."""
     inner = _g("inner", [N("Add", ["a", "one"], ["a2"]), N("Identity", ["c2"], ["co2"])],
-               [_vi("j", I64, []), _vi("c2", B, []), _vi("a", F, [])], [_vi("co2", B, []), _vi("a2", F, [])])
+               [om.vi("j", I64, []), om.vi("c2", B, []), om.vi("a", F, [])], [om.vi("co2", B, []), om.vi("a2", F, [])])
     body = _g("body", [N("Add", ["i", "one_i"], ["ip1"]), N("Loop", ["ip1", "t", "v"], ["v2"], body=inner),
                        N("Unsqueeze", ["v2", "ax0"], ["v2u"]), N("Concat", ["g", "v2u"], ["g2"], axis=0),
                        N("Identity", ["c"], ["co"])],
-              [_vi("i", I64, []), _vi("c", B, []), _vi("v", F, []), _vi("g", F, None)],
-              [_vi("co", B, []), _vi("v2", F, []), _vi("g2", F, None)])
-    m = _model([N("Loop", ["M", "t", "v0", "g0"], ["vf", "gf"], body=body)], [_vi("v0", F, []), _vi("g0", F, [1])],
-               [_vi("vf", F), _vi("gf", F)],
+              [om.vi("i", I64, []), om.vi("c", B, []), om.vi("v", F, []), om.vi("g", F, None)],
+              [om.vi("co", B, []), om.vi("v2", F, []), om.vi("g2", F, None)])
+    m = om.model([N("Loop", ["M", "t", "v0", "g0"], ["vf", "gf"], body=body)], [om.vi("v0", F, []), om.vi("g0", F, [1])],
+               [om.vi("vf", F), om.vi("gf", F)],
                [("M", np.array(4, np.int64)), ("one", np.float32(1)), ("one_i", np.array(1, np.int64)),
                 ("t", np.array(True)), ("ax0", np.array([0], np.int64))], opset=16)
-    _check(m, {"v0": np.array(0, np.float32), "g0": _f32(1)}, modes=("sink", "kernel"))
+    om.check(m, {"v0": np.array(0, np.float32), "g0": _f32(1)}, modes=("sink", "kernel"))
 
 
 def test_if_in_body_per_copy_and_at_run_time():
     """If(i < 2) whose branches differ in shape (folded per copy), and an If on a run-time
     value, in one body; condition input absent ("")."""
-    thn = _g("then", [N("Add", ["v", "one"], ["r"])], [], [_vi("r", F, None)])
-    els = _g("else", [N("ReduceSum", ["v"], ["r"], keepdims=1)], [], [_vi("r", F, None)])
-    t2 = _g("t2", [N("Add", ["u", "one"], ["q"])], [], [_vi("q", F, [2])])
-    e2 = _g("e2", [N("Mul", ["u", "two"], ["q"])], [], [_vi("q", F, [2])])
+    thn = _g("then", [N("Add", ["v", "one"], ["r"])], [], [om.vi("r", F, None)])
+    els = _g("else", [N("ReduceSum", ["v"], ["r"], keepdims=1)], [], [om.vi("r", F, None)])
+    t2 = _g("t2", [N("Add", ["u", "one"], ["q"])], [], [om.vi("q", F, [2])])
+    e2 = _g("e2", [N("Mul", ["u", "two"], ["q"])], [], [om.vi("q", F, [2])])
     body = _g("body", [N("Less", ["i", "two_i"], ["lt"]), N("If", ["lt"], ["v2"], then_branch=thn, else_branch=els),
                        N("ReduceSum", ["u"], ["su"], keepdims=0), N("Less", ["su", "one"], ["l2"]),
                        N("If", ["l2"], ["u2"], then_branch=t2, else_branch=e2), N("Identity", ["c"], ["co"])],
-              [_vi("i", I64, []), _vi("c", B, []), _vi("v", F, None), _vi("u", F, [2])],
-              [_vi("co", B, []), _vi("v2", F, None), _vi("u2", F, [2]), _vi("u2", F, [2])])
-    m = _model([N("Loop", ["M", "", "v0", "u0"], ["vf", "uf", "us"], body=body)], [_vi("v0", F, [2]), _vi("u0", F, [2])],
-               [_vi("vf", F), _vi("uf", F), _vi("us", F)],
+              [om.vi("i", I64, []), om.vi("c", B, []), om.vi("v", F, None), om.vi("u", F, [2])],
+              [om.vi("co", B, []), om.vi("v2", F, None), om.vi("u2", F, [2]), om.vi("u2", F, [2])])
+    m = om.model([N("Loop", ["M", "", "v0", "u0"], ["vf", "uf", "us"], body=body)], [om.vi("v0", F, [2]), om.vi("u0", F, [2])],
+               [om.vi("vf", F), om.vi("uf", F), om.vi("us", F)],
                [("M", np.array(3, np.int64)), ("one", np.float32(1)), ("two", np.float32(2)),
                 ("two_i", np.array(2, np.int64))], opset=16)
-    _check(m, {"v0": _f32(2), "u0": _f32(2)}, modes=("sink", "kernel"))
+    om.check(m, {"v0": _f32(2), "u0": _f32(2)}, modes=("sink", "kernel"))
 
 
 def test_loop_plan_is_deterministic(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from aotplan.core import codec
 from aotplan.core.errors import PlanError
+from conftest import reheader
 
 
 @pytest.fixture(scope="module")
@@ -30,18 +31,6 @@ def data(mlp):
 @pytest.fixture(scope="module")
 def section(data):
     return bytes(codec.split(data)[2])
-
-
-def reheader(payload, version=codec.FORMAT_VERSION, launch_mode="sink", data=b""):
-    fields = {"launch_mode": launch_mode, "payload_size": len(payload),
-              "payload_sha256": hashlib.sha256(payload).digest(), "signature": None}
-    if version >= 5:
-        fields["data_size"] = len(data)
-    header = msgpack.packb(fields)
-    out = struct.pack("<8sII", codec.MAGIC, version, len(header)) + header + payload
-    if version >= 5:
-        out += bytes(codec.data_start(len(header), len(payload)) - len(out)) + data
-    return out
 
 
 def test_round_trip(mlp, data):

@@ -4,7 +4,7 @@ F.grid_sample export to them) against
 onnxruntime: negative indices, indices narrower than data off the gathered axis,
 every scatter reduction, batch_dims, one_hot's axis and out-of-range indices, Hardmax
 before and from opset 13; in kernel and sink mode. ONNX's own node tests of these ops
-run in tests/test_onnx_node.py."""
+run in tests/onnx/test_onnx_node.py."""
 
 import numpy as np
 import pytest
@@ -14,8 +14,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
 from aotplan.core.errors import ModelError, ShapeError  # noqa: E402
-from test_onnx_added_ops import _check, _prepare  # noqa: E402
-from test_onnx_semantics import _model, _vi  # noqa: E402
+import onnx_models as om  # noqa: E402
 
 R = np.random.default_rng(2030)
 N = helper.make_node
@@ -39,9 +38,9 @@ def _index_model():
         nodes.append(N("ScatterElements", ["data", "se_i", "se_u"], [f"se_{r}"], axis=2, reduction=r))
     outs = [n.output[0] for n in nodes]
     ints = {"ge_int", "snd_max"}
-    m = _model(nodes, [_vi("data", TP.FLOAT, [4, 5, 6]), _vi("ids", TP.INT64, [4, 5, 6]),
-                       _vi("ge_i", TP.INT64, [4, 3, 6]), _vi("hot_i", TP.INT64, [3, 4])],
-               [_vi(o, TP.INT64 if o in ints else TP.FLOAT) for o in outs], _index_consts(), opset=18)
+    m = om.model(nodes, [om.vi("data", TP.FLOAT, [4, 5, 6]), om.vi("ids", TP.INT64, [4, 5, 6]),
+                       om.vi("ge_i", TP.INT64, [4, 3, 6]), om.vi("hot_i", TP.INT64, [3, 4])],
+               [om.vi(o, TP.INT64 if o in ints else TP.FLOAT) for o in outs], _index_consts(), opset=18)
     feeds = {"data": (R.integers(-20, 20, (4, 5, 6)) / 4).astype(np.float32),
              "ids": R.integers(-50, 50, (4, 5, 6)).astype(np.int64),
              "ge_i": R.integers(-5, 5, (4, 3, 6)).astype(np.int64),  # negative ones count from the end
@@ -64,7 +63,7 @@ def _index_consts():
 
 def test_index_ops_match_onnxruntime():
     m, feeds = _index_model()
-    _check(m, feeds, modes=("kernel", "sink"), rtol=1e-6, atol=0)
+    om.check(m, feeds, modes=("kernel", "sink"), rtol=1e-6, atol=0)
 
 
 def test_scatter_9_and_hardmax_11_forms():
@@ -72,10 +71,10 @@ def test_scatter_9_and_hardmax_11_forms():
     flattens x to 2-D at axis: the 1 marks the first maximum of each flattened row."""
     x = (R.integers(-3, 3, (2, 3, 4)) / 2).astype(np.float32)  # ties: the first maximum wins
     idx = R.integers(0, 3, (2, 2, 4)).astype(np.int64)
-    m = _model([N("Hardmax", ["x"], ["h"], axis=1), N("Scatter", ["x", "i", "u"], ["s"], axis=1)],
-               [_vi("x", TP.FLOAT, [2, 3, 4]), _vi("i", TP.INT64, [2, 2, 4]), _vi("u", TP.FLOAT, [2, 2, 4])],
-               [_vi("h", TP.FLOAT), _vi("s", TP.FLOAT)], opset=10)
-    _check(m, {"x": x, "i": idx, "u": np.ones((2, 2, 4), np.float32)}, modes=("sink",), rtol=0, atol=0)
+    m = om.model([N("Hardmax", ["x"], ["h"], axis=1), N("Scatter", ["x", "i", "u"], ["s"], axis=1)],
+               [om.vi("x", TP.FLOAT, [2, 3, 4]), om.vi("i", TP.INT64, [2, 2, 4]), om.vi("u", TP.FLOAT, [2, 2, 4])],
+               [om.vi("h", TP.FLOAT), om.vi("s", TP.FLOAT)], opset=10)
+    om.check(m, {"x": x, "i": idx, "u": np.ones((2, 2, 4), np.float32)}, modes=("sink",), rtol=0, atol=0)
 
 
 def test_one_hot_in_model_json_takes_depth_as_an_attribute():
@@ -91,8 +90,8 @@ def test_one_hot_in_model_json_takes_depth_as_an_attribute():
 
 
 def _bad(op, inputs, inits=(), shape=(3, 4), **attrs):
-    return _model([N(op, ["x"] + inputs, ["y"], name="bad", **attrs)], [_vi("x", TP.FLOAT, list(shape))],
-                  [_vi("y", TP.UNDEFINED)], inits, opset=18)
+    return om.model([N(op, ["x"] + inputs, ["y"], name="bad", **attrs)], [om.vi("x", TP.FLOAT, list(shape))],
+                  [om.vi("y", TP.UNDEFINED)], inits, opset=18)
 
 
 I = lambda *s: R.integers(0, 2, s).astype(np.int64)  # noqa: E731
@@ -122,7 +121,7 @@ F = lambda *s: np.zeros(s, np.float32)  # noqa: E731
 ])
 def test_refused_forms_name_the_node(model, match):
     with pytest.raises((ModelError, ShapeError), match=match):
-        _prepare(model)
+        om.prepare(model)
 
 
 @pytest.mark.parametrize("opset", [16, 20])
@@ -137,11 +136,11 @@ def test_grid_sample_matches_onnxruntime(opset):
             for align in (0, 1):
                 outs.append(f"{mode}_{pad}_{align}")
                 nodes.append(N("GridSample", ["x", "g"], [outs[-1]], mode=mode, padding_mode=pad, align_corners=align))
-    m = _model(nodes, [_vi("x", TP.FLOAT, [2, 3, 5, 7]), _vi("g", TP.FLOAT, [2, 4, 6, 2])],
-               [_vi(o, TP.FLOAT) for o in outs], opset=opset)
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [2, 3, 5, 7]), om.vi("g", TP.FLOAT, [2, 4, 6, 2])],
+               [om.vi(o, TP.FLOAT) for o in outs], opset=opset)
     g = R.uniform(-2.6, 2.6, (2, 4, 6, 2)).astype(np.float32)
     g[0, 0, :, 0] = (2 * np.arange(6) + 1) / 7 - 1  # pixel centres (align_corners=0)
-    _check(m, {"x": R.standard_normal((2, 3, 5, 7)).astype(np.float32), "g": g}, modes=("sink",), rtol=1e-5,
+    om.check(m, {"x": R.standard_normal((2, 3, 5, 7)).astype(np.float32), "g": g}, modes=("sink",), rtol=1e-5,
            atol=1e-5)
 
 

@@ -3,7 +3,7 @@ against onnxruntime: float32 and float16, position ids fed at run time, partial 
 interleaved rotation, 3-D and 4-D inputs; attention with GQA, masks, a KV cache,
 softcap, every extra output, padding lengths fed at run time, a fully masked row, and
 (against ONNX's reference) opset 25's windows. ONNX's own node tests of these ops run
-in tests/test_onnx_node.py."""
+in tests/onnx/test_onnx_node.py."""
 
 import numpy as np
 import pytest
@@ -13,8 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
 from aotplan.core.errors import ModelError, ShapeError  # noqa: E402
-from test_onnx_added_ops import _check, _prepare  # noqa: E402
-from test_onnx_semantics import _model, _vi  # noqa: E402
+import onnx_models as om  # noqa: E402
 
 R = np.random.default_rng(2032)
 N = helper.make_node
@@ -41,25 +40,24 @@ def test_rms_norm_and_rotary_embedding_match_onnxruntime(elem, dt, tol):
     outs = [n.output[0] for n in nodes]
     inits = [("scale", R.standard_normal(D).astype(dt)), ("scale2", R.standard_normal((S, D)).astype(dt)),
              ("cos", cos), ("sin", sin), ("cos_p", cos_p), ("sin_p", sin_p)]
-    m = _model(nodes, [_vi("x4", elem, [B, H, S, D]), _vi("x3", elem, [B, S, H * D]), _vi("pos", TP.INT64, [B, S]),
-                       _vi("cos_b", elem, [B, S, D // 2]), _vi("sin_b", elem, [B, S, D // 2])],
-               [_vi(o, elem) for o in outs], inits, opset=23)
+    m = om.model(nodes, [om.vi("x4", elem, [B, H, S, D]), om.vi("x3", elem, [B, S, H * D]), om.vi("pos", TP.INT64, [B, S]),
+                       om.vi("cos_b", elem, [B, S, D // 2]), om.vi("sin_b", elem, [B, S, D // 2])],
+               [om.vi(o, elem) for o in outs], inits, opset=23)
     pos = R.integers(0, MAXPOS, (B, S)).astype(np.int64)
     feeds = {"x4": R.standard_normal((B, H, S, D)).astype(dt), "x3": R.standard_normal((B, S, H * D)).astype(dt),
              "pos": pos, "cos_b": cos[pos[:, ::-1]], "sin_b": sin[pos[:, ::-1]]}
-    _, sess = _check(m, feeds, modes=("kernel", "sink"), rtol=tol, atol=tol)
+    _, sess = om.check(m, feeds, modes=("kernel", "sink"), rtol=tol, atol=tol)
     feeds["pos"] = R.integers(0, MAXPOS, (B, S)).astype(np.int64)  # other positions, the same plan
-    from test_onnx_semantics import _ort
 
-    for k, w in _ort(m, feeds).items():
+    for k, w in om.run_ort(m, feeds).items():
         np.testing.assert_allclose(sess.run(feeds)[k].astype(np.float64), w.astype(np.float64), rtol=tol, atol=tol)
 
 
 def _rope(x_shape, cache_shape, pos_shape=(B, S), **attrs):
-    ins = [_vi("x", TP.FLOAT, list(x_shape)), _vi("p", TP.INT64, list(pos_shape))]
+    ins = [om.vi("x", TP.FLOAT, list(x_shape)), om.vi("p", TP.INT64, list(pos_shape))]
     c = np.zeros(cache_shape, np.float32)
-    return _model([N("RotaryEmbedding", ["x", "c", "s", "p"], ["y"], name="bad", **attrs)], ins,
-                  [_vi("y", TP.FLOAT)], [("c", c), ("s", c)], opset=23)
+    return om.model([N("RotaryEmbedding", ["x", "c", "s", "p"], ["y"], name="bad", **attrs)], ins,
+                  [om.vi("y", TP.FLOAT)], [("c", c), ("s", c)], opset=23)
 
 
 @pytest.mark.parametrize("model, match", [
@@ -69,16 +67,16 @@ def _rope(x_shape, cache_shape, pos_shape=(B, S), **attrs):
     (_rope((B, H, S, D), (MAXPOS, 4), rotary_embedding_dim=10), r"'bad' \(rotary_embedding\): rotary_embedding_dim "
                                                                 r"10 must be even and at most the head size 8"),
     (_rope((B, H, S, D), (MAXPOS, 4), pos_shape=(B, S + 1)), r"'bad' \(rotary_embedding\): position_ids 'p'"),
-    (_model([N("RMSNormalization", ["x", "s"], ["y"], name="bad", stash_type=11)], [_vi("x", TP.FLOAT, [2, 4])],
-            [_vi("y", TP.FLOAT)], [("s", np.ones(4, np.float32))], opset=23),
+    (om.model([N("RMSNormalization", ["x", "s"], ["y"], name="bad", stash_type=11)], [om.vi("x", TP.FLOAT, [2, 4])],
+            [om.vi("y", TP.FLOAT)], [("s", np.ones(4, np.float32))], opset=23),
      r"'bad' \(rms_norm\): attribute 'stash_type' 11 is not supported"),
-    (_model([N("RMSNormalization", ["x", "s"], ["y"], name="bad")], [_vi("x", TP.FLOAT, [2, 4])],
-            [_vi("y", TP.FLOAT)], [("s", np.ones(3, np.float32))], opset=23),
+    (om.model([N("RMSNormalization", ["x", "s"], ["y"], name="bad")], [om.vi("x", TP.FLOAT, [2, 4])],
+            [om.vi("y", TP.FLOAT)], [("s", np.ones(3, np.float32))], opset=23),
      r"'bad' \(rms_norm\): scale 's' float32\[3\] does not broadcast to x"),
 ])
 def test_refused_forms_name_the_node(model, match):
     with pytest.raises((ModelError, ShapeError), match=match):
-        _prepare(model)
+        om.prepare(model)
 
 
 def _attention_model(opset=24):
@@ -97,13 +95,13 @@ def _attention_model(opset=24):
         N("Attention", ["q", "k", "v", "", "", "", "lens"], ["y_pad"], is_causal=1),
     ]
     F = TP.FLOAT
-    ins = [_vi("q", F, [2, 4, 3, 8]), _vi("k", F, [2, 2, 5, 8]), _vi("v", F, [2, 2, 5, 6]),
-           _vi("pk", F, [2, 2, 4, 8]), _vi("pv", F, [2, 2, 4, 6]), _vi("bmask", TP.BOOL, [2, 1, 3, 9]),
-           _vi("q3", F, [2, 3, 32]), _vi("k3", F, [2, 5, 16]), _vi("v3", F, [2, 5, 12]), _vi("fmask", F, [3, 5]),
-           _vi("lens", TP.INT64, [2])]
+    ins = [om.vi("q", F, [2, 4, 3, 8]), om.vi("k", F, [2, 2, 5, 8]), om.vi("v", F, [2, 2, 5, 6]),
+           om.vi("pk", F, [2, 2, 4, 8]), om.vi("pv", F, [2, 2, 4, 6]), om.vi("bmask", TP.BOOL, [2, 1, 3, 9]),
+           om.vi("q3", F, [2, 3, 32]), om.vi("k3", F, [2, 5, 16]), om.vi("v3", F, [2, 5, 12]), om.vi("fmask", F, [3, 5]),
+           om.vi("lens", TP.INT64, [2])]
     outs = ["y_gqa", "pres_k", "pres_v", "qk_bias", "y_probs", "probs", "y_3d", "qk_raw", "y_3d_cap", "qk_cap",
             "y_pad"]
-    return _model(nodes, ins, [_vi(o, F) for o in outs], opset=opset)
+    return om.model(nodes, ins, [om.vi(o, F) for o in outs], opset=opset)
 
 
 def _attention_feeds(lens=(5, 3)):
@@ -118,9 +116,8 @@ def _attention_feeds(lens=(5, 3)):
 def _ort_attention(m, feeds):
     """onnxruntime's outputs, its -FLT_MAX for a masked score (mode 2's output) read as
     the -inf that ONNX's reference and we give."""
-    from test_onnx_semantics import _ort
 
-    out = _ort(m, feeds)
+    out = om.run_ort(m, feeds)
     out["qk_bias"] = np.where(out["qk_bias"] <= np.finfo(np.float32).min, -np.inf, out["qk_bias"])
     return out
 
@@ -128,7 +125,7 @@ def _ort_attention(m, feeds):
 def test_attention_matches_onnxruntime():
     m = _attention_model()
     feeds = _attention_feeds()
-    _, sess = _check(m, feeds, modes=("kernel", "fused", "sink"), want=_ort_attention(m, feeds), rtol=1e-5, atol=1e-6)
+    _, sess = om.check(m, feeds, modes=("kernel", "fused", "sink"), want=_ort_attention(m, feeds), rtol=1e-5, atol=1e-6)
     feeds = _attention_feeds(lens=(2, 5))  # other padding, the same plan
     got = sess.run(feeds)
     for k, w in _ort_attention(m, feeds).items():
@@ -142,11 +139,11 @@ def test_attention_sliding_window_matches_onnx_reference():
     from onnx.reference import ReferenceEvaluator
 
     F = TP.FLOAT
-    m = _model([N("Attention", ["q", "k", "v"], ["y"], is_causal=1, left_window_size=2),
+    m = om.model([N("Attention", ["q", "k", "v"], ["y"], is_causal=1, left_window_size=2),
                 N("Attention", ["q", "k", "v", "m"], ["y2"], left_window_size=1, right_window_size=1)],
-               [_vi("q", F, [1, 2, 6, 4]), _vi("k", F, [1, 2, 6, 4]), _vi("v", F, [1, 2, 6, 4]),
-                _vi("m", TP.BOOL, [6, 4])], [_vi("y", F), _vi("y2", F)], opset=25)
+               [om.vi("q", F, [1, 2, 6, 4]), om.vi("k", F, [1, 2, 6, 4]), om.vi("v", F, [1, 2, 6, 4]),
+                om.vi("m", TP.BOOL, [6, 4])], [om.vi("y", F), om.vi("y2", F)], opset=25)
     feeds = {n: R.standard_normal((1, 2, 6, 4)).astype(np.float32) for n in "qkv"}
     feeds["m"] = R.random((6, 4)) > 0.2  # shorter than the 6 keys: padded with False
     want = dict(zip(["y", "y2"], ReferenceEvaluator(m).run(None, feeds)))
-    _check(m, feeds, modes=("sink",), want=want, rtol=1e-5, atol=1e-6)
+    om.check(m, feeds, modes=("sink",), want=want, rtol=1e-5, atol=1e-6)

@@ -12,8 +12,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
 from aotplan.core.errors import ModelError, ShapeError  # noqa: E402
-from test_onnx_added_ops import _check, _prepare  # noqa: E402
-from test_onnx_semantics import _model, _vi  # noqa: E402
+import onnx_models as om  # noqa: E402
 
 R = np.random.default_rng(2031)
 N = helper.make_node
@@ -43,28 +42,27 @@ def _qdq_model(opset):
         nodes += [N("QuantizeLinear", ["x", "s_blk", "z_blk"], ["q_blk"], axis=2, block_size=3),
                   N("DequantizeLinear", ["q_blk", "s_blk", "z_blk"], ["dq_blk"], axis=2, block_size=3)]
         outs += [("q_blk", TP.INT8), ("dq_blk", TP.FLOAT)]
-    return _model(nodes, [_vi("x", TP.FLOAT, [2, 3, 8])], [_vi(o, t) for o, t in outs], inits, opset)
+    return om.model(nodes, [om.vi("x", TP.FLOAT, [2, 3, 8])], [om.vi(o, t) for o, t in outs], inits, opset)
 
 
 @pytest.mark.parametrize("opset", [13, 21])
 def test_quantize_dequantize_match_onnxruntime(opset):
     x = (R.standard_normal((2, 3, 8)) * 4).astype(np.float32)
     x.flat[:6] = [0.025, 0.075, -0.025, 1e6, -1e6, 0.125]  # halves of 0.05 (to even), saturation
-    _check(_qdq_model(opset), {"x": x}, modes=("kernel", "sink"), rtol=0, atol=0)
+    om.check(_qdq_model(opset), {"x": x}, modes=("kernel", "sink"), rtol=0, atol=0)
 
 
 def test_float16_scale_divides_in_float16():
     x = R.standard_normal((4, 8)).astype(np.float16)
-    m = _model([N("QuantizeLinear", ["x", "s", "z"], ["q"]), N("DequantizeLinear", ["q", "s", "z"], ["y"])],
-               [_vi("x", TP.FLOAT16, [4, 8])], [_vi("q", TP.INT8), _vi("y", TP.FLOAT16)],
+    m = om.model([N("QuantizeLinear", ["x", "s", "z"], ["q"]), N("DequantizeLinear", ["q", "s", "z"], ["y"])],
+               [om.vi("x", TP.FLOAT16, [4, 8])], [om.vi("q", TP.INT8), om.vi("y", TP.FLOAT16)],
                [("s", np.array(0.013, np.float16)), ("z", np.array(-2, np.int8))], opset=19)
-    _check(m, {"x": x}, modes=("sink",), rtol=0, atol=0)
+    om.check(m, {"x": x}, modes=("sink",), rtol=0, atol=0)
 
 
 def test_qdq_conv_net_within_one_quantum():
     """Conv -> Relu -> Conv in QDQ form (what quantize_static writes): onnxruntime
     runs QLinearConv with integer requantization, we float math between the pairs."""
-    from test_onnx_semantics import _ort
 
     nodes, inits = [], []
 
@@ -90,10 +88,10 @@ def test_qdq_conv_net_within_one_quantum():
     nodes.append(N("Conv", [a, weight("w2", (4, 8, 3, 3))], ["c2"], pads=[1, 1, 1, 1]))
     out = qdq("out", "c2", 0.05, 128)
     nodes.append(N("Identity", [out], ["y"]))
-    m = _model(nodes, [_vi("x", TP.FLOAT, [1, 3, 12, 12])], [_vi("y", TP.FLOAT)], inits, opset=13)
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [1, 3, 12, 12])], [om.vi("y", TP.FLOAT)], inits, opset=13)
     x = R.standard_normal((1, 3, 12, 12)).astype(np.float32)
-    want = _ort(m, {"x": x})["y"]
-    _, sess = _check(m, {"x": x}, modes=("sink",), want={"y": want}, rtol=0, atol=0.05 + 1e-6)
+    want = om.run_ort(m, {"x": x})["y"]
+    _, sess = om.check(m, {"x": x}, modes=("sink",), want={"y": want}, rtol=0, atol=0.05 + 1e-6)
     got = sess.run({"x": x})["y"]
     assert np.mean(got == want) > 0.95, np.mean(got == want)  # most outputs are the same quantum
 
@@ -114,6 +112,6 @@ def test_qdq_conv_net_within_one_quantum():
                                               r"shape \[2, 4, 2\] for blocks of 4"),
 ])
 def test_refused_forms_name_the_node(nodes, inits, match):
-    m = _model(nodes, [_vi("x", TP.FLOAT, [2, 4, 6])], [_vi("y", TP.UNDEFINED)], inits, opset=21)
+    m = om.model(nodes, [om.vi("x", TP.FLOAT, [2, 4, 6])], [om.vi("y", TP.UNDEFINED)], inits, opset=21)
     with pytest.raises((ModelError, ShapeError), match=match):
-        _prepare(m)
+        om.prepare(m)

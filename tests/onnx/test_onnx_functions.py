@@ -3,7 +3,7 @@ by a function body (AffineGrid, CenterCropPad, the window functions, SoftmaxCros
 DynamicQuantizeLinear, LinearAttention, ...; built from the input types where the body
 depends on them, onnxruntime's own fallback) is replaced by that body; a model-local
 function (torch's dynamo exporter writes them) is inlined the same way. Against
-onnxruntime; ONNX's node tests of these operators run in tests/test_onnx_node.py."""
+onnxruntime; ONNX's node tests of these operators run in tests/onnx/test_onnx_node.py."""
 
 import numpy as np
 import pytest
@@ -13,8 +13,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto as TP, helper  # noqa: E402
 
 from aotplan.core.errors import ModelError  # noqa: E402
-from test_onnx_added_ops import _check, _prepare  # noqa: E402
-from test_onnx_semantics import _model, _vi  # noqa: E402
+import onnx_models as om  # noqa: E402
 
 R = np.random.default_rng(2033)
 N = helper.make_node
@@ -30,15 +29,15 @@ def test_schema_functions_match_onnxruntime():
              N("HannWindow", ["wlen"], ["win"]),
              N("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["loss"], reduction="mean"),
              N("Relu", ["grid"], ["grid_relu"])]
-    m = _model(nodes, [_vi("theta", TP.FLOAT, [2, 2, 3]), _vi("x", TP.FLOAT, [2, 5, 4]),
-                       _vi("scores", TP.FLOAT, [3, 5]), _vi("labels", TP.INT64, [3])],
-               [_vi("grid_relu", TP.FLOAT), _vi("cc", TP.FLOAT), _vi("win", TP.FLOAT), _vi("loss", TP.FLOAT)],
+    m = om.model(nodes, [om.vi("theta", TP.FLOAT, [2, 2, 3]), om.vi("x", TP.FLOAT, [2, 5, 4]),
+                       om.vi("scores", TP.FLOAT, [3, 5]), om.vi("labels", TP.INT64, [3])],
+               [om.vi("grid_relu", TP.FLOAT), om.vi("cc", TP.FLOAT), om.vi("win", TP.FLOAT), om.vi("loss", TP.FLOAT)],
                [("size", np.array([2, 1, 3, 4], np.int64)), ("crop", np.array([3, 6], np.int64)),
                 ("wlen", np.array(8, np.int64))], opset=20)
     feeds = {"theta": R.standard_normal((2, 2, 3)).astype(np.float32), "x": R.standard_normal((2, 5, 4)).astype(
         np.float32), "scores": R.standard_normal((3, 5)).astype(np.float32),
         "labels": np.array([0, 4, 2], np.int64)}
-    _check(m, feeds, modes=("sink", "kernel"), rtol=1e-5, atol=1e-6)
+    om.check(m, feeds, modes=("sink", "kernel"), rtol=1e-5, atol=1e-6)
 
 
 def _local_function_model():
@@ -56,7 +55,7 @@ def _local_function_model():
                                  [helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)])
     g = helper.make_graph([N("Twice", ["x"], ["y"], domain="custom"),
                            N("MyGelu", ["y"], ["z"], domain="custom", alpha=0.5)],
-                          "m", [_vi("x", TP.FLOAT, [2, 3])], [_vi("z", TP.FLOAT)])
+                          "m", [om.vi("x", TP.FLOAT, [2, 3])], [om.vi("z", TP.FLOAT)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)],
                           functions=[gelu, twice])
     m.ir_version = 8
@@ -65,16 +64,16 @@ def _local_function_model():
 
 def test_model_local_functions_are_inlined():
     m = _local_function_model()
-    _check(m, {"x": R.standard_normal((2, 3)).astype(np.float32)}, modes=("sink",), rtol=1e-6, atol=1e-6)
+    om.check(m, {"x": R.standard_normal((2, 3)).astype(np.float32)}, modes=("sink",), rtol=1e-6, atol=1e-6)
 
 
 def test_an_operator_without_a_function_is_still_refused():
-    m = _model([N("Col2Im", ["x", "isz", "bsz"], ["y"])], [_vi("x", TP.FLOAT, [1, 4, 4])], [_vi("y", TP.FLOAT)],
+    m = om.model([N("Col2Im", ["x", "isz", "bsz"], ["y"])], [om.vi("x", TP.FLOAT, [1, 4, 4])], [om.vi("y", TP.FLOAT)],
                [("isz", np.array([3, 3], np.int64)), ("bsz", np.array([2, 2], np.int64))], opset=18)
     with pytest.raises(ModelError, match=r"node 'Col2Im_0': ONNX operator 'Col2Im' is not supported"):
-        _prepare(m)
-    g = helper.make_graph([N("Nope", ["x"], ["y"], domain="other")], "m", [_vi("x", TP.FLOAT, [2])],
-                          [_vi("y", TP.FLOAT)])
+        om.prepare(m)
+    g = helper.make_graph([N("Nope", ["x"], ["y"], domain="other")], "m", [om.vi("x", TP.FLOAT, [2])],
+                          [om.vi("y", TP.FLOAT)])
     other = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("other", 1)])
     with pytest.raises(ModelError, match=r"model uses operator domain 'other', which is not supported"):
-        _prepare(other)
+        om.prepare(other)
