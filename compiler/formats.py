@@ -33,9 +33,10 @@ from aotplan.core import formats as F
 from compiler import ops
 from compiler.ops.math_ops import lrn_over
 from compiler.ops.resize import resize_on
-from compiler.ops.nn import (
-    _f32, _pool_geometry, _window_counts, batchnorm_broadcast, conv_lowered,
-)
+from compiler.ops.conv import conv_lowered
+from compiler.ops.norms import batchnorm_broadcast
+from compiler.ops.pooling import pool_geometry, window_counts
+from compiler.ops.precision import widen
 
 # ops whose result is 0 wherever every input is 0: their padding stays zero unmasked
 ZERO_PRESERVING = frozenset((
@@ -209,7 +210,7 @@ def _conv(node, fmt, name, vals, infos, out):
 
 def _pool(node, fmt, name, vals, infos, out):
     x = vals[0]
-    k, s, d, geo, _ = _pool_geometry(node, _logical(infos[0].shape))
+    k, s, d, geo, _ = pool_geometry(node, _logical(infos[0].shape))
     axes = spatial_axes(fmt)
     win, st, dil, pads = [1] * x.ndim, [1] * x.ndim, [1] * x.ndim, [(0, 0)] * x.ndim
     for j, a in enumerate(axes):
@@ -218,8 +219,8 @@ def _pool(node, fmt, name, vals, infos, out):
     if node.op == "maxpool":
         init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
         return (lax.reduce_window(x, jnp.array(init, x.dtype), lax.max, win, st, pads, window_dilation=dil),)
-    total = lax.reduce_window(_f32(x), 0.0, lax.add, win, st, pads, window_dilation=dil)
-    counts = _window_counts(infos[0].shape[2:], k, s, d, geo, node.attr("count_include_pad", 0))
+    total = lax.reduce_window(widen(x), 0.0, lax.add, win, st, pads, window_dilation=dil)
+    counts = window_counts(infos[0].shape[2:], k, s, d, geo, node.attr("count_include_pad", 0))
     cshape = [1] * x.ndim
     cshape[axes[0]], cshape[axes[1]] = counts.shape
     return ((total / counts.reshape(cshape)).astype(x.dtype),)
@@ -227,7 +228,7 @@ def _pool(node, fmt, name, vals, infos, out):
 
 def _global_avgpool(node, fmt, name, vals, infos, out):
     x = vals[0]
-    return (jnp.mean(_f32(x), axis=spatial_axes(fmt), keepdims=True).astype(x.dtype),)
+    return (jnp.mean(widen(x), axis=spatial_axes(fmt), keepdims=True).astype(x.dtype),)
 
 
 def _global_maxpool(node, fmt, name, vals, infos, out):
@@ -248,9 +249,9 @@ def _softmax(node, fmt, name, vals, infos, out):
     x = vals[0]
     axis = node.attr("axis", -1) % len(out)
     if name == "nhwc":
-        return (jax.nn.softmax(_f32(x), axis=device_axis(fmt, axis, len(out))).astype(x.dtype),)
+        return (jax.nn.softmax(widen(x), axis=device_axis(fmt, axis, len(out))).astype(x.dtype),)
     m = valid(out, fmt)  # aligned, softmax over the padded last axis
-    xf = _f32(x)
+    xf = widen(x)
     if m is not None:
         xf = jnp.where(m, xf, -jnp.inf)
     y = jax.nn.softmax(xf, axis=x.ndim - 1)
@@ -261,13 +262,13 @@ def _layernorm(node, fmt, name, vals, infos, out):
     x, scale = vals[0], vals[1]
     bias = vals[2] if len(vals) > 2 else None
     n = out[-1]
-    xf = _f32(x)
+    xf = widen(x)
     mean = jnp.sum(xf, axis=-1, keepdims=True) / n  # padding lanes are zero: the logical mean
     diff = zero_padding(xf - mean, out, fmt)
     var = jnp.sum(diff * diff, axis=-1, keepdims=True) / n
-    y = diff * lax.rsqrt(var + float(node.attr("epsilon", 1e-5))) * _f32(adapt(scale, out, fmt))
+    y = diff * lax.rsqrt(var + float(node.attr("epsilon", 1e-5))) * widen(adapt(scale, out, fmt))
     if bias is not None:
-        y = y + _f32(adapt(bias, out, fmt))
+        y = y + widen(adapt(bias, out, fmt))
     return (y.astype(x.dtype),)
 
 

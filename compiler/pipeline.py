@@ -9,7 +9,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from aotplan.core import debug, dtypes, verify
+from aotplan.core import debug, dtypes, kernels, verify
 from aotplan.core.plan import WEIGHT_PLACEMENTS
 from aotplan.core.errors import ModelError
 from compiler.passes import (
@@ -83,8 +83,7 @@ class Options:
             return tuple(self.targets)
         import jax
 
-        p = jax.devices()[0].platform
-        return ("cuda" if p == "gpu" else p,)
+        return (kernels.export_platform(jax.devices()[0].platform),)
 
 
 @dataclass(frozen=True)

@@ -15,4 +15,6 @@ import os
 # or set XLA_PYTHON_CLIENT_PREALLOCATE yourself; a value you set is kept).
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from executor.session import Session, load, set_cpu_dispatch  # noqa: E402,F401
+from executor.loader import load  # noqa: E402,F401
+from executor.process import set_cpu_dispatch  # noqa: E402,F401
+from executor.session import Session  # noqa: E402,F401

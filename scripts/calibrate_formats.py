@@ -88,13 +88,13 @@ def main():
     import jax
 
     import executor
-    from aotplan.core import codec, model_json, xla_options
+    from aotplan.core import codec, kernels, model_json, xla_options
     from compiler import pipeline
     from compiler.passes import format_cost
     from executor import tools
 
     dev = jax.devices()[0]
-    platform = "cuda" if dev.platform == "gpu" else dev.platform
+    platform = kernels.export_platform(dev.platform)
     points = {}
     for name, inputs, node, consts in samples():
         g = graph_of(name, inputs, node, consts)

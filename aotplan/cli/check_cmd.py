@@ -68,9 +68,10 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, trus
                             disabled=frozenset(set(pipeline.CLEANUP_PASSES) - set(plan.passes)))
     cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
     if cache_dir:
-        from executor.session import enable_cache
+        from executor.arguments import resolve_device
+        from executor.process import enable_cache
 
-        enable_cache(cache_dir, executor.session.resolve_device(None))
+        enable_cache(cache_dir, resolve_device(None))
     session = executor.Session(plan, trusted=trusted or trust_executables)
     session.wait_ready()  # (native executables: compared on their final call path)
     from aotplan.core import kernels

@@ -34,6 +34,12 @@ NATIVE_FROM_PYTHON = "native, called from Python"  # native.NativeKernel, for go
 FAST_PATHS = (COMPILED, NATIVE)
 
 
+def export_platform(device_platform):
+    """A jax device's `platform` -> the platform name `jax.export` lowers and exports
+    for (jax calls a CUDA device's platform "gpu"; export calls it "cuda")."""
+    return "cuda" if device_platform == "gpu" else device_platform
+
+
 def paths_note(paths):
     """{kernel name: path} (`Session.kernel_paths`) -> "" where every kernel took a
     fast path, else what `replay` and `verify` add to their load line: how many took

@@ -23,7 +23,7 @@ result.
 import jax.numpy as jnp
 from jax import lax
 
-from compiler.ops.nn import AUTO_PADS
+from compiler.ops.spatial import AUTO_PADS
 from compiler.ops.registry import fail, fmt, int_attr, int_list, register, require_float, same_dtype
 
 

@@ -20,16 +20,13 @@ from jax import lax
 
 from aotplan.core import dtypes
 from aotplan.core.graph import freeze
+from compiler.ops.precision import widen
 from compiler.ops.registry import (
     broadcast_shape, fail, flag_attr, float_attr, fmt, int_attr, int_list, norm_axis, register, require_float, same_dtype,
 )
 
 SIGNED_INT_DTYPES = ("int8", "int16", "int32", "int64")
 NUMERIC_DTYPES = dtypes.FLOAT_DTYPES + dtypes.INT_DTYPES
-
-
-def _f32(x):
-    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
 
 
 def _is_int(x):
@@ -96,13 +93,13 @@ def _int_pow(b, e):
 def _pow(node, b, e):
     if not _is_int(b):
         # ONNX: the exponent is converted to the base's type.
-        y = jnp.power(_f32(b), _f32(e.astype(b.dtype)))
+        y = jnp.power(widen(b), widen(e.astype(b.dtype)))
         return (y.astype(b.dtype),)
     if _is_int(e):
         return (_int_pow(b, e),)
     # integer base, float exponent: integral exponents exactly; others in float32,
     # truncated toward zero (as C's (T)pow(double(b), double(e)) does).
-    ef = _f32(e)
+    ef = widen(e)
     ei = ef.astype(jnp.int32)
     integral = (ei.astype(ef.dtype) == ef) & (jnp.abs(ef) < 2.0 ** 31)
     exact = _int_pow(b, jnp.where(integral, ei, 0))
@@ -133,7 +130,7 @@ def _abs_infer(node, ins):
 
 
 def _float_unary(fn):
-    return lambda node, x: (fn(_f32(x)).astype(x.dtype),)
+    return lambda node, x: (fn(widen(x)).astype(x.dtype),)
 
 
 register("reciprocal", (1, 1))((_float_unary_infer, _float_unary(lambda x: 1.0 / x)))
@@ -150,11 +147,11 @@ def _hard_sigmoid_infer(node, ins):
 
 def _hard_sigmoid(node, x):
     alpha, beta = float(node.attr("alpha", 0.2)), float(node.attr("beta", 0.5))
-    return (jnp.clip(alpha * _f32(x) + beta, 0.0, 1.0).astype(x.dtype),)
+    return (jnp.clip(alpha * widen(x) + beta, 0.0, 1.0).astype(x.dtype),)
 
 
 def _hard_swish(node, x):
-    xf = _f32(x)
+    xf = widen(x)
     return ((xf * jnp.clip(xf / 6.0 + 0.5, 0.0, 1.0)).astype(x.dtype),)
 
 
@@ -287,7 +284,7 @@ register("clip", (1, 1), static_inputs=((1, "min"), (2, "max")))((_clip_infer, _
 
 # ---------------------------------------------------------------- reductions
 
-def _reduce_axes(node, rank):
+def reduce_axes(node, rank):
     """Normalized, sorted axes to reduce, or None for the identity
     (empty axes with noop_with_empty_axes=1)."""
     noop = flag_attr(node, "noop_with_empty_axes", 0)
@@ -304,7 +301,7 @@ def _reduce_axes(node, rank):
 def _reduce_infer(node, ins):
     x = ins[0]
     _require_numeric(node, x)
-    axes = _reduce_axes(node, len(x.shape))
+    axes = reduce_axes(node, len(x.shape))
     if axes is None:
         return [(x.dtype, x.shape)]
     if node.op == "reduce_mean" and x.dtype in dtypes.INT_DTYPES and math.prod(x.shape[a] for a in axes) == 0:
@@ -317,12 +314,12 @@ def _reduce_infer(node, ins):
 
 
 def _reduce(node, x):
-    axes = _reduce_axes(node, x.ndim)
+    axes = reduce_axes(node, x.ndim)
     if axes is None:
         return (x,)
     keep = bool(node.attr("keepdims", 1))
     if not _is_int(x):
-        xf = _f32(x)
+        xf = widen(x)
         f = jnp.mean if node.op == "reduce_mean" else jnp.sum
         return (f(xf, axis=axes, keepdims=keep).astype(x.dtype),)
     if node.op == "reduce_sum":
@@ -352,10 +349,10 @@ def _norm_infer(node, ins):
 
 
 def _norm(node, x):
-    axes = _reduce_axes(node, x.ndim)
+    axes = reduce_axes(node, x.ndim)
     if axes is None:  # noop_with_empty_axes: no reduction, but the elementwise part still applies (|x|, x², log x)
         axes = ()
-    return (_NORMS[node.op](_f32(x), axis=axes, keepdims=bool(node.attr("keepdims", 1))).astype(x.dtype),)
+    return (_NORMS[node.op](widen(x), axis=axes, keepdims=bool(node.attr("keepdims", 1))).astype(x.dtype),)
 
 
 for _name in _NORMS:
@@ -383,7 +380,7 @@ def lrn_over(node, x, axis=1):
     size = node.attr("size")
     alpha, beta = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75))
     bias = float(node.attr("bias", 1.0))
-    xf = _f32(x)
+    xf = widen(x)
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2  # floor / ceil of (size-1)/2
     window = tuple(size if a == axis else 1 for a in range(x.ndim))
     pads = tuple((before, after) if a == axis else (0, 0) for a in range(x.ndim))

@@ -19,15 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from aotplan.core import dtypes
+from compiler.ops.precision import widen
 from compiler.ops.registry import (
     broadcast_shape, fail, flag_attr, float_attr, fmt, register, require_float, same_dtype,
 )
 
 NUMERIC_DTYPES = dtypes.FLOAT_DTYPES + dtypes.INT_DTYPES
-
-
-def _f32(x):
-    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
 
 
 def _require_numeric(node, t):
@@ -43,7 +40,7 @@ def _float_unary_infer(node, ins):
 
 
 def _float_unary(fn):
-    return lambda node, x: (fn(node, _f32(x)).astype(x.dtype),)
+    return lambda node, x: (fn(node, widen(x)).astype(x.dtype),)
 
 
 def _with_attrs(**defaults):
@@ -175,7 +172,7 @@ def _prelu(node, x, slope):
         slope = slope.reshape(())
     if jnp.issubdtype(x.dtype, jnp.unsignedinteger):  # never negative
         return (x,)
-    xf, sf = _f32(x), _f32(slope)
+    xf, sf = widen(x), widen(slope)
     return (jnp.where(xf < 0, xf * sf, xf).astype(x.dtype),)
 
 
@@ -212,9 +209,9 @@ def _mean_infer(node, ins):
 
 def _mean(node, *xs):
     shape = jnp.broadcast_shapes(*(x.shape for x in xs))
-    y = jnp.broadcast_to(_f32(xs[0]), shape)
+    y = jnp.broadcast_to(widen(xs[0]), shape)
     for x in xs[1:]:
-        y = y + _f32(x)
+        y = y + widen(x)
     return ((y / len(xs)).astype(xs[0].dtype),)
 
 
@@ -301,4 +298,4 @@ def _swish(node, x):
 
 register("swish", (1, 1), ("alpha",))((_with_attrs(alpha=1.0), _float_unary(_swish)))
 register("swiglu", (2, 2), ("alpha",))((_swiglu_infer, lambda node, a, b: (
-    (_swish(node, _f32(a)) * _f32(b)).astype(a.dtype),)))
+    (_swish(node, widen(a)) * widen(b)).astype(a.dtype),)))

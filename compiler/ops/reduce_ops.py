@@ -2,7 +2,7 @@
 reduce_prod, argmax, argmin, topk, cumsum.
 
 The reduce ops take `axes` (or input 1), `keepdims` and `noop_with_empty_axes` as
-reduce_sum does (compiler/ops/math_ops.py, `_reduce_axes`). Over an empty extent
+reduce_sum does (compiler/ops/math_ops.py, `reduce_axes`). Over an empty extent
 reduce_max gives -inf (the dtype's minimum for integers, false for bool), reduce_min
 +inf (the maximum, true) and reduce_prod 1, as ONNX from opset 18 says; for int64 (and
 uint64's maximum) that extreme does not fit the 32-bit type the device holds it in, so
@@ -23,14 +23,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from aotplan.core import dtypes
-from compiler.ops.math_ops import _reduce_axes
+from compiler.ops.math_ops import reduce_axes
+from compiler.ops.precision import widen
 from compiler.ops.registry import fail, flag_attr, fmt, int_attr, norm_axis, register, scalar_attr
 
 NUMERIC_DTYPES = dtypes.FLOAT_DTYPES + dtypes.INT_DTYPES
-
-
-def _f32(x):
-    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
 
 
 def _reduce_infer(node, ins):
@@ -38,7 +35,7 @@ def _reduce_infer(node, ins):
     allowed = NUMERIC_DTYPES + (("bool",) if node.op in ("reduce_max", "reduce_min") else ())
     if x.dtype not in allowed:
         fail(node, f"input {fmt(x)} must be one of {', '.join(allowed)}")
-    axes = _reduce_axes(node, len(x.shape))
+    axes = reduce_axes(node, len(x.shape))
     if axes is None:
         return [(x.dtype, x.shape)]
     if x.dtype in ("int64", "uint64") and node.op != "reduce_prod" and 0 in [x.shape[a] for a in axes] \
@@ -62,14 +59,14 @@ def _identity(dt, op):
 
 
 def _reduce(node, x):
-    axes = _reduce_axes(node, x.ndim)
+    axes = reduce_axes(node, x.ndim)
     if axes is None:
         return (x,)
     keep = bool(node.attr("keepdims", 1))
     if node.op == "reduce_prod":
         if jnp.issubdtype(x.dtype, jnp.integer):
             return (jnp.prod(x, axis=axes, keepdims=keep, dtype=x.dtype),)
-        return (jnp.prod(_f32(x), axis=axes, keepdims=keep).astype(x.dtype),)
+        return (jnp.prod(widen(x), axis=axes, keepdims=keep).astype(x.dtype),)
     f = jnp.max if node.op == "reduce_max" else jnp.min
     init = jnp.array(_identity(x.dtype, node.op), x.dtype)
     return (f(x, axis=axes, keepdims=keep, initial=init),)

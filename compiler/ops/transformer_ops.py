@@ -18,11 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from compiler.ops.precision import widen
 from compiler.ops.registry import fail, flag_attr, float_attr, fmt, int_attr, norm_axis, register, require_float
-
-
-def _f32(x):
-    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.bfloat16) else x
 
 
 def _stash(node):
@@ -108,8 +105,8 @@ def _rope(node, x, cos, sin, pos=None):
     if pos is not None:
         p = jnp.clip(pos, 0, cos.shape[0] - 1)
         cos, sin = cos[p], sin[p]
-    cos, sin = _f32(cos)[:, :, None, :], _f32(sin)[:, :, None, :]
-    rot, rest = _f32(xs[..., :dim]), xs[..., dim:]
+    cos, sin = widen(cos)[:, :, None, :], widen(sin)[:, :, None, :]
+    rot, rest = widen(xs[..., :dim]), xs[..., dim:]
     x1, x2 = (rot[..., 0::2], rot[..., 1::2]) if interleaved else (rot[..., :dim // 2], rot[..., dim // 2:])
     real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
     if interleaved:

@@ -32,7 +32,7 @@ from aotplan.core import dtypes, formats, native, xla_options
 from aotplan.core.errors import InternalError, ModelError
 from compiler import arena_io
 from compiler import formats as cformats
-from compiler.ops import nn
+from compiler.ops import conv
 from aotplan.core import kernels
 
 
@@ -74,8 +74,7 @@ def _word(offset):
 
 
 def host_platform():
-    p = jax.devices()[0].platform
-    return "cuda" if p == "gpu" else p
+    return kernels.export_platform(jax.devices()[0].platform)
 
 
 class _Exporter:
@@ -215,7 +214,7 @@ def _band_widest(kernels, first, groups, info, lower_group, floor=MIN_REFINED_WO
     """Lower the kernels with the largest workspace (XLA's temp bytes: the max sets the
     step's device memory) again with their large convolutions in row bands, while that
     lowers the max. A convolution's input (XLA copies it out of the arena) and its
-    result are XLA temps; in bands, they are a band's (nn._in_bands). Each round takes
+    result are XLA temps; in bands, they are a band's (conv._in_bands). Each round takes
     every kernel at the max, doubles the bands (from 2) of its convolutions whose input
     and output are at least half its workspace, and keeps the new kernels only if all
     of them come out smaller (else the max would not drop: their speed is kept).
@@ -322,7 +321,7 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
         if dynamic:
             specs.append(jax.ShapeDtypeStruct((n_off,), jnp.int32))
         specs += [_spec(recs[t]) for t in feeds]
-        with nn.conv_bands(bands or {}), nn.depthwise_taps(set(export.targets) == {"cpu"}):
+        with conv.conv_bands(bands or {}), conv.depthwise_taps(set(export.targets) == {"cpu"}):
             compiled = export(name, fn, specs)
 
         def kernel():

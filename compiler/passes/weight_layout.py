@@ -7,7 +7,7 @@ weights are compile-time constants (`jax.jit` of the model closes over them), bu
 kernels take the constant pool as arguments, so the transpose runs in every step: on
 ResNet-50, 100 MB of weights rewritten per step. This pass transposes each such
 constant once at compile time and marks the conv `weight_layout="SIO"`; `conv` reads
-either layout (compiler/ops/nn.py). Measured: docs/design.md, "Conv weight layout".
+either layout (compiler/ops/conv.py). Measured: docs/design.md, "Conv weight layout".
 
 Runs only when every target is the CPU (pipeline.Options.runs): on GPUs cuDNN reads
 NCHW/OIHW float32 directly and XLA picks its own layouts; not measured there.

@@ -373,7 +373,6 @@ def test_multi_platform_kernel_compiled_for_this_platform(platforms):
     import jax.numpy as jnp
 
     from aotplan.core import kernels
-    from executor import session as session_mod
 
     spec = jax.ShapeDtypeStruct((8,), np.float32)
 
@@ -382,7 +381,7 @@ def test_multi_platform_kernel_compiled_for_this_platform(platforms):
 
     exp = jax.export.export(jax.jit(kernel, donate_argnums=0), platforms=platforms)(spec, spec)
     assert "stablehlo.case" in str(exp.mlir_module())
-    platform = session_mod._host_platform(jax.devices()[0])  # (jax calls a CUDA device's platform "gpu")
+    platform = kernels.export_platform(jax.devices()[0].platform)  # (jax calls a CUDA device's platform "gpu")
     if platform not in platforms:
         pytest.skip(f"checks a {' or '.join(platforms)} host")
     lowered = kernels.lower_kernel("k", exp, True, platform)

@@ -17,7 +17,7 @@ import pytest
 import executor
 from aotplan.core import codec
 from aotplan.core.errors import PlanError
-from executor import session
+from executor import process
 from conftest import EXAMPLES, ROOT
 
 KEY = b"k" * 32
@@ -307,7 +307,7 @@ def test_cache_dir_must_be_a_path(plan_files):
                                             rf"or os.PathLike\), got {re.escape(shown)}$"):
             executor.load(missing, cache_dir=bad)
     with pytest.raises(PlanError, match=r"^enable_cache: cache_dir must be a folder's path"):
-        session.enable_cache(None)
+        process.enable_cache(None)
 
 
 @pytest.mark.skipif(not ON_CPU, reason="the plans are compiled for this host's GPU: a CPU device refuses them")

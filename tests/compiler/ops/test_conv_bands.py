@@ -1,4 +1,4 @@
-"""Convolutions in row bands (compiler/ops/nn.py `_in_bands`, chosen by
+"""Convolutions in row bands (compiler/ops/conv.py `_in_bands`, chosen by
 compiler/passes/lower.py `_band_widest`): the same numbers, less workspace."""
 
 import itertools
@@ -9,7 +9,7 @@ import pytest
 
 from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 from compiler import reference
-from compiler.ops import nn
+from compiler.ops import conv
 from conftest import compile_and_load, random_feeds
 
 
@@ -34,10 +34,10 @@ def test_banded_convolution_equals_the_whole_one(nd, channels_last):
         w = rng.standard_normal([6, 4 // g] + [k] * nd).astype(np.float32)
         node = _conv_node(nd, s, d, [top] + [1] * (nd - 1) + [bottom] + [0] * (nd - 1), g)
         xs = jnp.asarray(np.moveaxis(x, 1, -1) if channels_last else x)
-        want = nn.conv_lowered(node, xs, jnp.asarray(w), logical=x, channels_last=channels_last)
+        want = conv.conv_lowered(node, xs, jnp.asarray(w), logical=x, channels_last=channels_last)
         for bands in (3, 16):
-            with nn.conv_bands({"c": bands}):
-                got = nn.conv_lowered(node, xs, jnp.asarray(w), logical=x, channels_last=channels_last)
+            with conv.conv_bands({"c": bands}):
+                got = conv.conv_lowered(node, xs, jnp.asarray(w), logical=x, channels_last=channels_last)
             assert got.shape == want.shape
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
             cases += 1

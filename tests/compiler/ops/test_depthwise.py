@@ -1,4 +1,4 @@
-"""Depthwise convolutions lowered as sums of shifted slices (compiler/ops/nn.py,
+"""Depthwise convolutions lowered as sums of shifted slices (compiler/ops/conv.py,
 `_depthwise_taps`; CPU targets): the same numbers as lax.conv for every geometry and
 layout, against onnxruntime through plans in every launch mode and storage format, and
 no XLA convolution left in the compiled kernel."""
@@ -10,7 +10,7 @@ import pytest
 
 import jax.numpy as jnp
 from aotplan.core.graph import Node, freeze
-from compiler.ops import nn
+from compiler.ops import conv
 import onnx_models as om  # noqa: E402
 
 R = np.random.default_rng(2032)
@@ -40,10 +40,10 @@ def test_taps_equal_lax_conv(shape, k, attrs, channels_last, sio):
     wv = np.ascontiguousarray(np.moveaxis(w, (0, 1), (-1, -2))) if sio else w
     xv = np.moveaxis(x, 1, -1) if channels_last else x
     kw = {"logical": types.SimpleNamespace(shape=shape), "channels_last": True} if channels_last else {}
-    want = nn.conv_lowered(node, jnp.asarray(xv), jnp.asarray(wv), jnp.asarray(b), **kw)
-    with nn.depthwise_taps(True):
-        assert nn._is_depthwise(node, jnp.asarray(xv), jnp.asarray(wv), k, channels_last)
-        got = nn.conv_lowered(node, jnp.asarray(xv), jnp.asarray(wv), jnp.asarray(b), **kw)
+    want = conv.conv_lowered(node, jnp.asarray(xv), jnp.asarray(wv), jnp.asarray(b), **kw)
+    with conv.depthwise_taps(True):
+        assert conv.is_depthwise(node, jnp.asarray(xv), jnp.asarray(wv), k, channels_last)
+        got = conv.conv_lowered(node, jnp.asarray(xv), jnp.asarray(wv), jnp.asarray(b), **kw)
     assert got.shape == want.shape
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
@@ -57,7 +57,7 @@ def test_taps_equal_lax_conv(shape, k, attrs, channels_last, sio):
 def test_other_convs_stay_xla_convolutions(dtype, group, m, k, why):
     x = jnp.zeros((1, 4, 12, 12), dtype)
     w = jnp.zeros((m, 4 // group) + k, dtype)
-    assert not nn._is_depthwise(_node(group=group), x, w, k, False), why
+    assert not conv.is_depthwise(_node(group=group), x, w, k, False), why
 
 
 def _dw_model():

@@ -1,0 +1,50 @@
+"""`executor.load`: a plan file's path -> a loaded Session, every argument checked
+before the file is read."""
+
+import os
+
+from aotplan.core import codec
+from executor import arguments, process
+from executor.session import Session
+
+
+def load(path, device=None, warmup=True, trust_key=None, require_signature=False, trust_executables=False,
+         cache_dir=None, progress=None, jobs=None):
+    """Read, verify and load a plan file -> Session.
+
+    path: the plan file's path (str or os.PathLike). Anything else is refused with a
+        PlanError (an int would be taken as a file descriptor); to load a plan from
+        bytes in memory, `aotplan.core.codec.decode_checked(data, trust_key)` -> (plan,
+        trusted), then `Session(plan, trusted=trusted)`.
+    device: a jax Device, a platform name ("cpu", "gpu", "cuda", ...: its first device;
+        "cpu:1": its second) or None (the first device). Every kernel is compiled for it
+        and the arena, the constants and the outputs live on it; see
+        `executor.arguments.resolve_device`.
+    trust_key: the key's bytes (at least 16), or the path of a key file (str or
+        os.PathLike, read as `--trust-key` reads it); default: the key file named by
+        AOTPLAN_TRUST_KEY, if set. The plan's HMAC signature must verify with it. A plan
+        whose signature verifies is trusted: its embedded native executables may be used.
+    require_signature: refuse unsigned plans.
+    trust_executables: use the plan's native executables without a signature.
+    cache_dir: a persistent XLA compilation cache for kernels compiled from StableHLO
+        (default: AOTPLAN_CACHE_DIR, if set). It is JAX's process-wide cache setting.
+    See `Session` for `warmup`, `progress` and `jobs`. The arguments are checked before
+    the file is read; a wrong one is a PlanError naming it.
+    """
+    process.check_not_forked("executor.load")
+    path = arguments.check_path(path)
+    for flag, value in (("warmup", warmup), ("require_signature", require_signature),
+                        ("trust_executables", trust_executables)):
+        arguments.check_flag("executor.load", flag, value)
+    jobs = arguments.check_jobs("executor.load", jobs)
+    arguments.check_progress(progress, "executor.load")
+    if cache_dir is not None:
+        process.check_cache_dir(cache_dir, "executor.load")
+    device = arguments.resolve_device(device)
+    trust_key = arguments.trust_key(trust_key)
+    cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
+    if cache_dir:
+        process.enable_cache(cache_dir, device)
+    plan, trusted = codec.read_checked(path, trust_key, require_signature)
+    return Session(plan, device=device, warmup=warmup, trusted=trusted or trust_executables, progress=progress,
+                   jobs=jobs)
