@@ -1,5 +1,5 @@
-"""resize (ONNX Resize, opsets 10-19; compiler/frontends/onnx_import.py maps opset 10's
-inputs and defaults onto this op).
+"""resize (ONNX Resize, opsets 10-19; compiler/frontends/onnx_import/converters_nn.py maps
+opset 10's inputs and defaults onto this op).
 
 Supported: mode `nearest` (any dtype) with nearest_mode round_prefer_floor,
 round_prefer_ceil, floor or ceil, and modes `linear` and `cubic` (float dtypes;

@@ -1,5 +1,5 @@
-"""Operators expanded from functions, and local functions (onnx_import._function,
-_expand, _learn_types), and the norm reductions with noop_with_empty_axes: edge cases,
+"""Operators expanded from functions, and local functions (onnx_import/functions.py:
+function_of, expand, _learn_types), and the norm reductions with noop_with_empty_axes: edge cases,
 each against onnxruntime: an output the call
 leaves out but the body reads, an attribute reference inside a branch, overloads, the
 input types of a context-dependent function inside a Loop body, an If branch or a
@@ -37,7 +37,7 @@ def test_function_output_omitted_by_call_but_read_in_body():
 
 def test_function_attribute_reference_inside_if_branch():
     # a ref_attr_name inside a subgraph of the function body is not substituted:
-    # got: ValueError "Cannot get value of reference attribute" (onnx.helper, from _Ctx)
+    # got: ValueError "Cannot get value of reference attribute" (onnx.helper, from context.Ctx)
     lr = N("LeakyRelu", ["X"], ["t"])
     a = onnx.AttributeProto(name="alpha", ref_attr_name="a", type=onnx.AttributeProto.FLOAT)
     lr.attribute.append(a)

@@ -1,4 +1,4 @@
-"""ONNX Loop/Scan unrolling (passes/unroll.py, frontends/onnx_import.py): edge cases:
+"""ONNX Loop/Scan unrolling (passes/unroll.py, frontends/onnx_import/control_flow.py): edge cases:
 trip counts of odd shapes and types, conditions of shape [1], names that collide with
 the markers, a tensor scanned twice, loops reading other loops, loops in dead branches,
 the copy limit and scan directions (each marked "was:" where it once failed, with what
