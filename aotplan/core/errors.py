@@ -42,8 +42,3 @@ class ForkError(AotplanError):
 
 class InternalError(Exception):
     """A broken invariant inside aotplan (a bug)."""
-
-
-def internal_assert(cond, msg):
-    if not cond:
-        raise InternalError(msg)
