@@ -1,5 +1,6 @@
 """Planners on literal intervals with exact answers, then random ones (hypothesis)
-against direct O(n^2) transcriptions of TFLite's algorithms and a brute-force optimum."""
+against direct O(n^2) transcriptions of TFLite's algorithms (tests/tflite_reference.py)
+and a brute-force optimum."""
 
 import itertools
 import random
@@ -12,6 +13,9 @@ from aotplan.core import formats, intervals
 from aotplan.core.intervals import Interval
 from compiler import planners
 from compiler.passes import liveness, plan_memory
+from compiler.planners import best_fit, branch_and_bound, byte_runs, gap_index, greedy, layout as layout_module
+from compiler.planners.layout import Layout, columns
+from tflite_reference import ref_best_fit, ref_breadth_order, ref_size_order
 
 GREEDY = ("greedy_by_size", "greedy_by_breadth", "exact", "best")  # every planner but naive
 
@@ -164,48 +168,8 @@ def test_exact_is_bounded():
 # --- references -------------------------------------------------------------------------
 
 
-def ref_best_fit(ivs, alignment, order):
-    """TFLite's loop, transcribed: every placed tensor, in offset order, is looked at."""
-    offsets, placed = [0] * len(ivs), []
-    for i in order:
-        a = ivs[i]
-        if not a.nbytes:
-            continue
-        busy = sorted((offsets[j], formats.align_up(offsets[j] + ivs[j].nbytes, alignment)) for j in placed
-                      if a.first <= ivs[j].last and ivs[j].first <= a.last)
-        best, prev = None, 0
-        for lo, hi in busy:
-            if lo >= prev and lo - prev >= a.nbytes and (best is None or lo - prev < best[1]):
-                best = (prev, lo - prev)
-            prev = max(prev, hi)
-        offsets[i] = best[0] if best else prev
-        placed.append(i)
-    return offsets
-
-
-def ref_size_order(ivs):
-    live = [a for a in ivs if a.nbytes]
-    lo, hi = min((a.first for a in live), default=0), max((a.last for a in live), default=0)
-    whole = [i for i, a in enumerate(ivs) if a.nbytes and a.first == lo and a.last == hi]
-    rest = [i for i in range(len(ivs)) if i not in whole]
-    return sorted(whole, key=lambda i: ivs[i].tensor) + sorted(
-        rest, key=lambda i: (-ivs[i].nbytes, ivs[i].first, ivs[i].tensor))
-
-
-def ref_breadth_order(ivs, alignment):
-    live = [i for i, a in enumerate(ivs) if a.nbytes]
-    steps = range(max((ivs[i].last for i in live), default=-1) + 1)
-    profile = {s: [i for i in live if ivs[i].first <= s <= ivs[i].last] for s in steps}
-    breadth = {s: sum(formats.align_up(ivs[i].nbytes, alignment) for i in profile[s]) for s in steps}
-    order = []
-    for s in sorted(steps, key=lambda s: (-breadth[s], s)):
-        for i in sorted(profile[s], key=lambda i: (-ivs[i].nbytes, ivs[i].first, ivs[i].tensor)):
-            if i not in order:
-                order.append(i)
-    return order
-
-
 def lowest_fit_arena(ivs, alignment, perm):
+    """The arena of placing the tensors in the order `perm`, each at its lowest fit."""
     offsets, placed = [0] * len(ivs), []
     for i in perm:
         a = ivs[i]
@@ -273,13 +237,13 @@ def test_engine_merge_paths_match(ivs, alignment):
     # the union of many lists: by sort, through numpy, list by list skipping what is
     # covered, with or without short lists merged first
     want = ref_best_fit(ivs, alignment, ref_size_order(ivs))
-    old = planners._NUMPY_EVENTS, planners._SKIP_EVENTS, planners._SKIP_BUDGET
+    old = byte_runs.NUMPY_EVENTS, byte_runs.SKIP_EVENTS, byte_runs.SKIP_BUDGET
     try:
         for config in ((0, 10**9, 0), (0, 0, 10**9), (0, 0, 3), (0, 0, 0)):
-            planners._NUMPY_EVENTS, planners._SKIP_EVENTS, planners._SKIP_BUDGET = config
+            byte_runs.NUMPY_EVENTS, byte_runs.SKIP_EVENTS, byte_runs.SKIP_BUDGET = config
             assert planners.greedy_by_size(ivs, alignment) == want, config
     finally:
-        planners._NUMPY_EVENTS, planners._SKIP_EVENTS, planners._SKIP_BUDGET = old
+        byte_runs.NUMPY_EVENTS, byte_runs.SKIP_EVENTS, byte_runs.SKIP_BUDGET = old
 
 
 @settings(max_examples=100, deadline=None)
@@ -315,40 +279,45 @@ def test_steps_far_apart_plan_alike(ivs, alignment):
 
 # Knobs that pick the engine's structures (only its speed depends on them): extreme
 # values force every path (the gap index of a cut, joins, the hub, gathering caps, numpy).
-ENGINE_KNOBS = ("_SHORT", "_CUT_PUSHES", "_CUT_COVER", "_CUT_SHARE", "_INDEXED_RUNS", "_INDEXED_EXTRA", "_HUB_MIN",
-                "_HUB_FILTER", "_JOIN_MIN", "_JOIN_SHARE", "_START_ADDS", "_NUMPY_EVENTS", "_SKIP_EVENTS",
-                "_SKIP_BUDGET", "_NUMPY_RANGES", "_SWEEP_RUNS")
+# Each is set in the module that reads it at call time.
+ENGINE_KNOBS = {
+    layout_module: ("SHORT", "CUT_PUSHES", "CUT_COVER", "CUT_SHARE", "HUB_MIN", "HUB_FILTER", "JOIN_MIN", "JOIN_SHARE",
+                    "START_ADDS"),
+    best_fit: ("INDEXED_RUNS", "INDEXED_EXTRA"),
+    byte_runs: ("NUMPY_EVENTS", "SKIP_EVENTS", "SKIP_BUDGET", "NUMPY_RANGES", "SWEEP_RUNS"),
+}
 ENGINE_CONFIGS = (
     {},
     # every query long; a cut at height 1, indexed whatever the other lists; joins everywhere; no gathering
-    dict(_SHORT=1, _CUT_PUSHES=10**9, _CUT_COVER=0, _CUT_SHARE=1, _INDEXED_RUNS=0, _INDEXED_EXTRA=0, _JOIN_MIN=1,
-         _JOIN_SHARE=10**9, _START_ADDS=0),
+    dict(SHORT=1, CUT_PUSHES=10**9, CUT_COVER=0, CUT_SHARE=1, INDEXED_RUNS=0, INDEXED_EXTRA=0, JOIN_MIN=1,
+         JOIN_SHARE=10**9, START_ADDS=0),
     # a cut and the hub, queries of 2 leaves or more long
-    dict(_SHORT=2, _CUT_PUSHES=10**9, _CUT_COVER=0, _CUT_SHARE=1, _INDEXED_RUNS=1, _INDEXED_EXTRA=0, _HUB_MIN=0,
-         _HUB_FILTER=10**9),
+    dict(SHORT=2, CUT_PUSHES=10**9, CUT_COVER=0, CUT_SHARE=1, INDEXED_RUNS=1, INDEXED_EXTRA=0, HUB_MIN=0,
+         HUB_FILTER=10**9),
     # every query short; joins; no hub; gathering as high as it goes; numpy and skipping merges
-    dict(_SHORT=10**9, _JOIN_MIN=1, _JOIN_SHARE=10**9, _HUB_MIN=10**9, _START_ADDS=10**9, _NUMPY_EVENTS=0,
-         _SKIP_EVENTS=0, _SKIP_BUDGET=2),
+    dict(SHORT=10**9, JOIN_MIN=1, JOIN_SHARE=10**9, HUB_MIN=10**9, START_ADDS=10**9, NUMPY_EVENTS=0,
+         SKIP_EVENTS=0, SKIP_BUDGET=2),
     # joins and the hub together, gathering capped low, ranges merged by numpy
-    dict(_SHORT=1, _JOIN_MIN=1, _JOIN_SHARE=10**9, _HUB_MIN=0, _HUB_FILTER=10**9, _START_ADDS=1, _SKIP_BUDGET=0,
-         _NUMPY_RANGES=4),
+    dict(SHORT=1, JOIN_MIN=1, JOIN_SHARE=10**9, HUB_MIN=0, HUB_FILTER=10**9, START_ADDS=1, SKIP_BUDGET=0,
+         NUMPY_RANGES=4),
     # gathered ranges merged among themselves, then added one by one
-    dict(_SHORT=1, _START_ADDS=10**9, _SWEEP_RUNS=0),
+    dict(SHORT=1, START_ADDS=10**9, SWEEP_RUNS=0),
     # joins whose merges give up at once, into numpy
-    dict(_SHORT=1, _JOIN_MIN=1, _JOIN_SHARE=10**9, _SKIP_BUDGET=0, _NUMPY_EVENTS=0, _SKIP_EVENTS=0),
+    dict(SHORT=1, JOIN_MIN=1, JOIN_SHARE=10**9, SKIP_BUDGET=0, NUMPY_EVENTS=0, SKIP_EVENTS=0),
 )
 
 
 def engine_configs():
-    old = {k: getattr(planners, k) for k in ENGINE_KNOBS}
+    old = {(module, k): getattr(module, k) for module, names in ENGINE_KNOBS.items() for k in names}
     try:
         for config in ENGINE_CONFIGS:
-            for k, v in old.items():
-                setattr(planners, k, config.get(k, v))
+            assert set(config) <= {k for _, k in old}, config
+            for (module, k), v in old.items():
+                setattr(module, k, config.get(k, v))
             yield config
     finally:
-        for k, v in old.items():
-            setattr(planners, k, v)
+        for (module, k), v in old.items():
+            setattr(module, k, v)
 
 
 def shaped_sets(rng):
@@ -390,18 +359,21 @@ def test_every_engine_path_matches_tflite_on_shaped_sets():
 
 
 def test_engine_configs_reach_every_path(monkeypatch):
+    # each counted where its caller looks it up: best_fit imports the names it calls,
+    # byte_runs calls its own
     calls = Counter()
-    for name in ("_best_gap_indexed", "_insert_indexed", "_merge_skipping", "_best_gap_many", "_merge_ranges_np",
-                 "_add_ranges", "_best_gap_union"):
-        def counted(*args, _f=getattr(planners, name), _name=name):
+    for module, name in ((best_fit, "best_gap_indexed"), (best_fit, "insert_indexed"), (byte_runs, "merge_skipping"),
+                         (best_fit, "best_gap_many"), (byte_runs, "merge_ranges_np"), (best_fit, "add_ranges"),
+                         (best_fit, "best_gap_union")):
+        def counted(*args, _f=getattr(module, name), _name=name):
             calls[_name] += 1
             return _f(*args)
-        monkeypatch.setattr(planners, name, counted)
+        monkeypatch.setattr(module, name, counted)
     layouts = Counter()
     rng = random.Random(5)
     for config in engine_configs():
         for ivs in shaped_sets(rng):
-            layout = planners._Layout(planners._columns(ivs), 64)
+            layout = Layout(columns(ivs), 64)
             layouts.update(cut=layout.cut is not None, join=bool(layout.joins), hub=layout.hub > 0,
                            lead=any(r[0] == 4 for r in layout.records), fed=any(r[12] for r in layout.records))
             planners.greedy_by_size(ivs, 64)
@@ -427,7 +399,7 @@ def test_lead_ins_of_joins_match_tflite():
     rows += [(rng.randrange(s), s) for _ in range(4)] + [(0, rng.randrange(s)) for _ in range(4)]
     ivs = [iv(t, f, l, rng.choice([64, 128, rng.randrange(1, 1 << 16)])) for t, (f, l) in enumerate(rows)]
     rng.shuffle(ivs)
-    layout = planners._Layout(planners._columns(ivs), 64)
+    layout = Layout(columns(ivs), 64)
     assert layout.joins and any(r[0] == 4 for r in layout.records) and any(r[12] for r in layout.records)
     for alignment in (1, 64):
         assert planners.greedy_by_size(ivs, alignment) == ref_best_fit(ivs, alignment, ref_size_order(ivs))
@@ -441,9 +413,9 @@ def whole_portfolio(ivs, alignment):
     choice, choice_size = None, None
     for name in planners.PORTFOLIO:
         if name == "exact":
-            if planners._n_live(ivs) > planners.EXACT_MAX_INTERVALS:
+            if branch_and_bound.n_live(ivs) > planners.EXACT_MAX_INTERVALS:
                 continue
-            offsets = planners._exact_search(ivs, alignment, choice)
+            offsets = branch_and_bound.exact_search(ivs, alignment, choice)
         else:
             offsets = planners.PLANNERS[name](ivs, alignment)
         n = arena(ivs, offsets, alignment)
@@ -481,28 +453,28 @@ def test_best_shortcuts_on_shaped_sets():
 @settings(max_examples=100, deadline=None)
 @given(interval_sets(), ALIGNMENTS)
 def test_layout_lower_bound_is_peak_live_bytes(ivs, alignment):
-    layout = planners._Layout(planners._columns(ivs), alignment)
+    layout = Layout(columns(ivs), alignment)
     assert layout.lower_bound == lower_bound(ivs, alignment)
-    assert layout.n_live == planners._n_live(ivs)
+    assert layout.n_live == branch_and_bound.n_live(ivs)
 
 
 @settings(max_examples=100, deadline=None)
 @given(interval_sets(), ALIGNMENTS)
 def test_place_gives_up_at_the_limit(ivs, alignment):
-    cols = planners._columns(ivs)
-    layout, order = planners._Layout(cols, alignment), planners._size_order(cols)
-    offsets = planners._place(layout, order)
+    cols = columns(ivs)
+    layout, order = Layout(cols, alignment), greedy.size_order(cols)
+    offsets = best_fit.place(layout, order)
     live_end = formats.align_up(max((o + a.nbytes for a, o in zip(ivs, offsets) if a.nbytes and a.first <= a.last),
                                     default=0), alignment)
     for limit in {max(1, live_end - 1), max(1, live_end), live_end + 1, live_end + alignment}:
-        got = planners._place(layout, order, limit)
+        got = best_fit.place(layout, order, limit)
         assert got == (None if live_end >= limit else offsets), limit
 
 
 def test_indexed_runs_match_plain_runs():
-    # _insert_indexed keeps runs and their index of gaps in step (overlaps included:
-    # it falls back to a union and a new index); _best_gap_indexed finds the best gap
-    # of runs plus other lists whose runs fall in the gaps, as _best_gap of the union
+    # insert_indexed keeps runs and their index of gaps in step (overlaps included:
+    # it falls back to a union and a new index); best_gap_indexed finds the best gap
+    # of runs plus other lists whose runs fall in the gaps, as best_gap of the union
     rng = random.Random(4)
     shift = 20
     for _ in range(300):
@@ -510,9 +482,9 @@ def test_indexed_runs_match_plain_runs():
         for _ in range(rng.randrange(1, 30)):
             a = rng.randrange(0, 2000)
             b = a + rng.randrange(1, 60)
-            planners._insert_indexed(runs, index, shift, a, b)
-            planners._union_into(plain, a, b)
-            assert runs == plain and index == planners._index_gaps(plain, shift)
+            gap_index.insert_indexed(runs, index, shift, a, b)
+            byte_runs.union_into(plain, a, b)
+            assert runs == plain and index == gap_index.index_gaps(plain, shift)
         # other lists: ranges inside the gaps of `runs` (touching them at most) or above
         gaps, prev = [], 0
         for k in range(0, len(runs), 2):
@@ -525,18 +497,18 @@ def test_indexed_runs_match_plain_runs():
             for g0, g1 in rng.sample(gaps, min(len(gaps), 3)):
                 if g1 > g0:
                     a = rng.randrange(g0, g1)
-                    planners._union_into(extra, a, rng.randrange(a + 1, g1 + 1))
+                    byte_runs.union_into(extra, a, rng.randrange(a + 1, g1 + 1))
             lists.append(extra)
         union = list(runs)
         for extra in lists:
             for k in range(0, len(extra), 2):
-                planners._union_into(union, extra[k] >> 1, extra[k + 1] >> 1)
+                byte_runs.union_into(union, extra[k] >> 1, extra[k + 1] >> 1)
         for size in (1, 5, 20, 80, 400):
-            assert planners._best_gap_indexed(runs, index, shift, lists, size) == planners._best_gap(union, size)
+            assert gap_index.best_gap_indexed(runs, index, shift, lists, size) == byte_runs.best_gap(union, size)
 
 
 def test_best_gap_of_a_union_of_lists():
-    # _best_gap_union (starts and ends sorted apart) gives the best gap of the union of
+    # best_gap_union (starts and ends sorted apart) gives the best gap of the union of
     # lists that overlap, touch, repeat runs or are empty: as a byte-by-byte scan does
     rng = random.Random(5)
     for _ in range(2000):
@@ -546,7 +518,7 @@ def test_best_gap_of_a_union_of_lists():
             for _ in range(rng.randrange(0, 6)):
                 a = rng.randrange(0, 120)
                 b = a + rng.randrange(1, 25)
-                planners._union_into(runs, a, b)
+                byte_runs.union_into(runs, a, b)
                 used.update(range(a, b))
             lists.append(runs)
         if lists and rng.random() < 0.2:
@@ -559,7 +531,7 @@ def test_best_gap_of_a_union_of_lists():
                     if byte - start >= size and (want is None or byte - start < best_len):
                         want, best_len = start, byte - start
                     start = byte + 1
-            assert planners._best_gap_union(lists, size) == (top if want is None else want)
+            assert byte_runs.best_gap_union(lists, size) == (top if want is None else want)
 
 
 def test_thousands_of_tensors_live_at_once():
