@@ -71,7 +71,7 @@ def handle_errors(fn):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
-        except click.exceptions.Exit:
+        except (click.exceptions.Exit, click.ClickException):  # (click's own: usage errors exit 2, as it says them)
             raise
         except BrokenPipeError:  # `aotplan inspect P | head`: the reader left; end as other tools do
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

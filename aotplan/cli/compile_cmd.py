@@ -18,58 +18,44 @@ PASS_NAMES = ("fold", "identity", "bn_fold", "weight_layout", "cse", "dce")  # =
 # spelt out here because the CLI must not import the compiler on hosts that only replay
 LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.core.plan.LAUNCH_MODES (tested)
 
+# Every optimisation the planner makes has an off switch, all under one repeatable
+# `--disable NAME` (so `--help` leads with what a user needs). The older spellings
+# (--no-views, ...) stay, hidden, for scripts that use them. (Each takes effect only in
+# the launch modes `_ignored_options` names; the summary says so where it does not.)
+OPTIMISATIONS = {
+    "kernel-reuse": "launches that are the same computation share one kernel and take their offsets at run "
+                    "time (fused and kernel mode)",
+    "inplace": "a launch's output may take the bytes of an input that dies in it",
+    "views": "a reshape of an arena tensor is a view of its bytes, with no launch (kernel mode)",
+    "placement": "concat inputs written straight into their slice of the concat (kernel mode; as --placement off)",
+    "memory-schedule": "the launch order with the lowest peak of live bytes (fused and kernel mode)",
+    "conv-bands": "large convolutions computed in row bands where that lowers the max workspace (fused and "
+                  "kernel mode)",
+    "inline-constants": "small constants compiled into the kernels as literals (sink and fused plans; as "
+                        "--inline-constants 0)",
+}
+DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {v}" for k, v in OPTIMISATIONS.items())
+                + ". docs/design.md, 'Memory planning', says what each costs and saves.")
+
 
 @main.command("compile")
 @click.argument("model", type=Path(dir_okay=False))
 @click.option("-o", "--output", type=Path(dir_okay=False),
               help="Plan file to write (default: <name>.plan in the current directory, <name> being the model's "
                    "name as the plan records it: model.json's \"name\" field).")
-@click.option("--planner", default=None,
-              help="Memory planner: best (default: the smallest arena of greedy_by_size, greedy_by_breadth, exact "
-                   "and naive), greedy_by_size, greedy_by_breadth, exact (branch and bound, up to 12 tensors) or "
-                   "naive (no reuse).")
-@click.option("--weights", type=click.Choice(["pool", "arena"]), default=None,
-              help="Where weights live: a read-only constant pool of typed device arrays (default) "
-                   "or the arena's static region.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=INPUT_SHAPE_HELP)
 @click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy", help=FREEZE_HELP)
-@click.option("--disable-pass", "disabled", multiple=True, type=click.Choice(PASS_NAMES),
-              help="Switch off a graph clean-up pass (repeatable): constant folding, identity/dropout removal, "
-                   "batchnorm folding, conv weights stored in the layout the CPU's convolutions read "
-                   "(CPU targets only), common-subexpression and dead-code elimination.")
 @click.option("--launch", type=click.Choice(LAUNCH_MODES), default="sink", show_default=True,
               help="Launch granularity: sink = the whole step is one XLA program (fastest); fused = one launch "
                    "per group (a contraction and the cheap ops around it), tensors crossing groups live in the "
                    "arena; kernel = one launch per node, every tensor in the arena (for debugging, --dump, "
                    "profiles and `aotplan check`).")
-@click.option("--fuse-min-flops", type=click.IntRange(min=0), default=None, metavar="N",
-              help="Fused mode: a group takes in further contractions until its work reaches N FLOPs "
-                   "(default 100000000: measured, docs/design.md, 'Launch modes'); 0 = one contraction per group.")
-@click.option("--no-kernel-reuse", is_flag=True,
-              help="Give every launch its own kernel with fixed offsets (default: launches that are the same "
-                   "computation share one kernel and take their offsets at run time).")
-@click.option("--embed-executables", is_flag=True,
-              help="Also embed executables compiled for this host: a host with the same fingerprint (platform, "
-                   "device kind, jax/jaxlib, CPU features) that trusts the plan loads in milliseconds instead of "
-                   "compiling. Sign the plan (--sign-key) so hosts can trust it.")
 @click.option("--target", type=click.Choice(["host", "cpu", "cuda", "both"]), default="host", show_default=True,
               help="Platforms the plan's portable kernels are exported for: this host's, cpu, cuda (NVIDIA "
                    "GPUs; exported without a GPU here), or both. Workspace bytes are measured on this host.")
-@click.option("--sign-key", type=Path(dir_okay=False), metavar="FILE",
-              help="Sign the plan with HMAC-SHA256 using the key in FILE (at least 16 bytes).")
-@click.option("--no-inplace", is_flag=True,
-              help="Never let a launch's output take the bytes of an input that dies in it (default: it may; "
-                   "kernels are pure functions of the arena, so this is always safe).")
-@click.option("--no-views", is_flag=True,
-              help="Kernel mode: give reshapes their own launch and bytes (default: a reshape of an arena tensor "
-                   "is a view of its bytes, with no launch).")
-@click.option("--placement", type=click.Choice(["auto", "always", "off"]), default="auto", show_default=True,
-              help="Kernel mode: write each concat input straight into its slice of the concat's bytes, so the "
-                   "concat runs no launch and copies nothing. auto: where that does not raise the peak of live "
-                   "bytes (the concat's bytes are then live from its first input's write); off: concats copy.")
-@click.option("--schedule", type=click.Choice(["memory", "default"]), default="memory", show_default=True,
-              help="Launch order for fused and kernel plans: memory = the candidate order with the lowest peak of "
-                   "live bytes (never worse than the model's order); default = the model's order.")
+@click.option("--weights", type=click.Choice(["pool", "arena"]), default=None,
+              help="Where weights live: a read-only constant pool of typed device arrays (default) "
+                   "or the arena's static region.")
 @click.option("--format-policy", type=click.Choice(["default", "nhwc", "aligned", "blocked", "auto"]),
               default="auto", show_default=True,
               help="Storage formats of activations: default = row-major logical shapes (NCHW); nhwc = 4-D "
@@ -77,25 +63,73 @@ LAUNCH_MODES = ("sink", "fused", "kernel")  # = aotplan.core.plan.LAUNCH_MODES (
                    "= nc1hwc0 blocked channels; auto = the policy the target's measured cost table says is "
                    "fastest for this model. Ops without a lowering for a format run in default, with conversions "
                    "(transdata) inserted; inputs and outputs stay logical. See docs/formats.md.")
-@click.option("--no-conv-bands", is_flag=True,
-              help="Kernel and fused mode: never split a convolution into row bands (default: the launches with "
-                   "the largest workspace, XLA's temp bytes, have their large convolutions computed in row bands "
-                   "where that lowers the plan's max workspace: a band's input and result at a time, the same products "
-                   "summed perhaps in another order).")
-@click.option("--jobs", type=click.IntRange(min=0), default=0, metavar="N",
-              help="XLA compiles to run at once while lowering the launches (default 0: one per CPU this process "
-                   "may use, at most 8). The plan is the same for any N.")
+@click.option("--embed-executables", is_flag=True,
+              help="Also embed executables compiled for this host: a host with the same fingerprint (platform, "
+                   "device kind, jax/jaxlib, CPU features) that trusts the plan loads in milliseconds instead of "
+                   "compiling. Sign the plan (--sign-key) so hosts can trust it.")
+@click.option("--sign-key", type=Path(dir_okay=False), metavar="FILE",
+              help="Sign the plan with HMAC-SHA256 using the key in FILE (at least 16 bytes).")
+@click.option("--disable", "disabled_opts", multiple=True, type=click.Choice(list(OPTIMISATIONS)), metavar="NAME",
+              help=DISABLE_HELP)
+@click.option("--disable-pass", "disabled", multiple=True, type=click.Choice(PASS_NAMES),
+              help="Switch off a graph clean-up pass (repeatable): constant folding, identity/dropout removal, "
+                   "batchnorm folding, conv weights stored in the layout the CPU's convolutions read "
+                   "(CPU targets only), common-subexpression and dead-code elimination.")
+@click.option("--planner", default=None,
+              help="Memory planner: best (default: the smallest arena of greedy_by_size, greedy_by_breadth, exact "
+                   "and naive), greedy_by_size, greedy_by_breadth, exact (branch and bound, up to 12 tensors) or "
+                   "naive (no reuse).")
+@click.option("--fuse-min-flops", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Fused mode: a group takes in further contractions until its work reaches N FLOPs "
+                   "(default 100000000: measured, docs/design.md, 'Launch modes'); 0 = one contraction per group.")
+@click.option("--placement", type=click.Choice(["auto", "always", "off"]), default="auto", show_default=True,
+              help="Kernel mode: write each concat input straight into its slice of the concat's bytes, so the "
+                   "concat runs no launch and copies nothing. auto: where that does not raise the peak of live "
+                   "bytes (the concat's bytes are then live from its first input's write); off: concats copy.")
 @click.option("--inline-constants", "inline_bytes", type=click.IntRange(min=0), default=None, metavar="BYTES",
               help="Sink and fused plans with weights in the pool: compile the small constants (float32 or "
                    "int32, 64 KiB at most each, smallest first, each read by one node in a launch with a kernel of "
                    "its own) into the kernels as literals, up to BYTES in all (default 1048576; 0: none). Each "
                    "argument costs a call about a microsecond on CPU (a small model's weight arguments together: "
                    "a quarter of its step); the plan states their bytes as part of the step's device memory.")
+@click.option("--jobs", type=click.IntRange(min=0), default=0, metavar="N",
+              help="XLA compiles to run at once while lowering the launches (default 0: one per CPU this process "
+                   "may use, at most 8). The plan is the same for any N.")
+@click.option("--no-kernel-reuse", is_flag=True, hidden=True,
+              help="Give every launch its own kernel with fixed offsets (default: launches that are the same "
+                   "computation share one kernel and take their offsets at run time).")
+@click.option("--no-inplace", is_flag=True, hidden=True,
+              help="Never let a launch's output take the bytes of an input that dies in it (default: it may; "
+                   "kernels are pure functions of the arena, so this is always safe).")
+@click.option("--no-views", is_flag=True, hidden=True,
+              help="Kernel mode: give reshapes their own launch and bytes (default: a reshape of an arena tensor "
+                   "is a view of its bytes, with no launch).")
+@click.option("--schedule", type=click.Choice(["memory", "default"]), default="memory", show_default=True, hidden=True,
+              help="Launch order for fused and kernel plans: memory = the candidate order with the lowest peak of "
+                   "live bytes (never worse than the model's order); default = the model's order.")
+@click.option("--no-conv-bands", is_flag=True, hidden=True,
+              help="Kernel and fused mode: never split a convolution into row bands (default: the launches with "
+                   "the largest workspace, XLA's temp bytes, have their large convolutions computed in row bands "
+                   "where that lowers the plan's max workspace: a band's input and result at a time, the same products "
+                   "summed perhaps in another order).")
 @handle_errors
-def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, launch, fuse_min_flops,
-                no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement, schedule,
-                format_policy, no_conv_bands, jobs, inline_bytes):
+def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, disabled_opts, launch,
+                fuse_min_flops, no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement,
+                schedule, format_policy, no_conv_bands, jobs, inline_bytes):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
+    off = set(disabled_opts)
+    if "placement" in off and placement == "always":
+        raise click.UsageError("--disable placement and --placement always contradict each other")
+    if "inline-constants" in off and inline_bytes:
+        raise click.UsageError(f"--disable inline-constants and --inline-constants {inline_bytes} contradict each other")
+    # {old flag: (given that way, given as --disable NAME)}: the note below names the spelling used
+    spelled = {"--no-kernel-reuse": (no_kernel_reuse, "kernel-reuse"), "--no-inplace": (no_inplace, "inplace"),
+               "--no-views": (no_views, "views"), "--no-conv-bands": (no_conv_bands, "conv-bands")}
+    no_kernel_reuse, no_inplace, no_views, no_conv_bands = (
+        flag or name in off for flag, name in spelled.values())
+    placement = "off" if "placement" in off else placement
+    schedule = "default" if "memory-schedule" in off else schedule
+    inline_bytes = 0 if "inline-constants" in off else inline_bytes
     from aotplan.core import codec
     from aotplan.core.fileio import atomic_write
     from compiler import pipeline
@@ -113,7 +147,12 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     given = {"--no-views": no_views, "--placement": placement != "auto", "--schedule": schedule != "memory",
              "--no-conv-bands": no_conv_bands, "--fuse-min-flops": fuse_min_flops is not None,
              "--inline-constants": inline_bytes is not None, "--no-kernel-reuse": no_kernel_reuse}
+    as_disable = {"--no-views": "views", "--placement": "placement", "--schedule": "memory-schedule",
+                  "--no-conv-bands": "conv-bands", "--inline-constants": "inline-constants",
+                  "--no-kernel-reuse": "kernel-reuse"}
     for flag, where in _ignored_options(launch, opts.weights, given):
+        if as_disable.get(flag) in off:
+            flag = f"--disable {as_disable[flag]}"
         click.echo(f"note: {flag} does not change this plan's launches or arena: it applies to {where}", err=True)
     bar = {}
 

@@ -35,6 +35,33 @@ def _index(i, n, field):
 
 
 def verify(plan):
+    """-> `plan`, or PlanError naming the first broken invariant. The checks run in
+    this order, each after those whose facts it relies on (indices in range, bytes
+    recomputed, roles assigned)."""
+    check_header(plan)
+    parts = check_tensors(plan)
+    check_parts_tile_their_base(plan, parts)
+    check_constants_have_data(plan)
+    check_kernel_fields(plan)
+    special = check_kernel_roles(plan)
+    check_launches(plan, special)
+    check_memory_figures(plan)
+    check_inputs_and_outputs_listed(plan)
+    steps = check_reads_follow_writes(plan, parts)
+    check_inline_constants_read_once(plan)
+    check_every_kernel_runs(plan, special)
+    check_no_live_tensors_overlap(plan, steps)
+    return plan
+
+
+def _launch_written(plan):
+    """The tensors some launch writes (indices in range)."""
+    n = len(plan.tensors)
+    return {j for l in plan.launches for j in l.writes if 0 <= j < n}
+
+
+def check_header(plan):
+    """Launch mode, weights placement, alignment and the arena's size."""
     if plan.launch_mode not in LAUNCH_MODES:
         _fail(f"launch mode {plan.launch_mode!r} is not supported (supported: {', '.join(LAUNCH_MODES)})")
     if plan.weights not in WEIGHT_PLACEMENTS:
@@ -51,8 +78,14 @@ def verify(plan):
     if plan.memory.arena_bytes != plan.arena_bytes:
         _fail(f"memory.arena_bytes {plan.memory.arena_bytes} != arena_bytes {plan.arena_bytes}")
 
+
+def check_tensors(plan):
+    """Each tensor's kind, dtype, format, shape and bytes (recomputed), its storage and
+    offset inside the arena, and the tensor it lives inside, if any (a view or a part)
+    -> {base tensor: its parts}."""
+    a = plan.alignment
     n = len(plan.tensors)
-    launch_written = {j for l in plan.launches for j in l.writes if 0 <= j < n}
+    launch_written = _launch_written(plan)
     parts = {}  # base tensor -> its parts
     names = set()
     for i, t in enumerate(plan.tensors):
@@ -123,7 +156,13 @@ def verify(plan):
             elif t.offset != b.offset or t.nbytes != b.nbytes or t.runs != 1:
                 _fail(f"{w} is a view of {b.name!r}: both must have the same offset and bytes "
                       f"(offsets {t.offset}, {b.offset}; bytes {t.nbytes}, {b.nbytes})")
-    for b, ps in parts.items():  # a base's parts tile it exactly, and no launch writes it whole
+    return parts
+
+
+def check_parts_tile_their_base(plan, parts):
+    """A base's parts tile it exactly, and no launch writes it whole."""
+    launch_written = _launch_written(plan)
+    for b, ps in parts.items():
         base = plan.tensors[b]
         if b in launch_written:
             _fail(f"tensor {base.name!r} is written by a launch and also made of parts")
@@ -136,6 +175,10 @@ def verify(plan):
             _fail(f"the parts of {base.name!r} do not tile it: they end at byte {at}, it ends at "
                   f"{base.offset + base.nbytes}")
 
+
+def check_constants_have_data(plan):
+    """Every constant that is not inline has data of its bytes, given once."""
+    n = len(plan.tensors)
     seen = set()
     for i, c in enumerate(plan.constants):
         _index(c.tensor, n, f"constants[{i}].tensor")
@@ -151,8 +194,9 @@ def verify(plan):
         if t.kind == "constant" and i not in seen and t.storage != "inline":
             _fail(f"constant {t.name!r} has no data")
 
-    nk = len(plan.kernels)
-    sink = plan.launch_mode == "sink"
+
+def check_kernel_fields(plan):
+    """Each kernel's workspace, offsets count, feeds/returns flags and native code."""
     for i, k in enumerate(plan.kernels):
         if k.workspace_bytes < 0:
             _fail(f"kernel {k.name!r}: negative workspace")
@@ -163,6 +207,15 @@ def verify(plan):
                   f"launch of a sink or fused plan do")
         if k.native and not plan.provenance.native_fingerprint:
             _fail(f"kernel {k.name!r} carries a native executable, but the plan names no host fingerprint")
+
+
+def check_kernel_roles(plan):
+    """The launches' count for the mode; the feeds enter through the first launch or the
+    input kernel and the outputs leave through the last launch or the output kernel;
+    each kernel has one role whose flags agree with it -> the input, output and place
+    kernels' indices."""
+    nk = len(plan.kernels)
+    sink = plan.launch_mode == "sink"
     if sink and len(plan.launches) != 1:
         _fail(f"a sink plan has exactly one launch, not {len(plan.launches)}")
     if not plan.launches:
@@ -199,6 +252,13 @@ def verify(plan):
             if k.n_offsets or k.feeds or k.returns:
                 _fail(f"kernel {k.name!r} is the {field.replace('_', ' ')}, which takes no offsets, feeds or "
                       f"returns flags (n_offsets {k.n_offsets}, feeds {k.feeds}, returns {k.returns})")
+    return special
+
+
+def check_launches(plan, special):
+    """Each launch runs a kernel of a launch (a kernel with fixed offsets runs once) and
+    its own graph nodes (one in kernel mode)."""
+    nk = len(plan.kernels)
     node_names, runs = set(), {}
     for s, l in enumerate(plan.launches):
         if 0 <= l.kernel < nk and not plan.kernels[l.kernel].n_offsets:
@@ -218,6 +278,9 @@ def verify(plan):
                 _fail(f"{w}: node {name!r} is already run by an earlier launch")
             node_names.add(name)
 
+
+def check_memory_figures(plan):
+    """The plan's memory figures are those of its tensors and kernels."""
     m = plan.memory
     pool = sum(t.nbytes for t in plan.tensors if t.storage == "pool")
     if m.constant_pool_bytes != pool:
@@ -233,6 +296,10 @@ def verify(plan):
     if not 0 <= m.lower_bound_bytes <= plan.arena_bytes or m.naive_bytes < 0:
         _fail(f"memory: lower bound {m.lower_bound_bytes} must lie in [0, arena_bytes], naive bytes >= 0")
 
+
+def check_inputs_and_outputs_listed(plan):
+    """`inputs` and `outputs` list every input and output tensor once; outputs are named once."""
+    n = len(plan.tensors)
     for field, kind in (("inputs", "input"), ("outputs", "output")):
         listed = getattr(plan, field)
         for j in listed:
@@ -245,6 +312,14 @@ def verify(plan):
     if len(plan.output_names) != len(plan.outputs) or len(set(plan.output_names)) != len(plan.output_names):
         _fail("output_names must name each output once")
 
+
+def check_reads_follow_writes(plan, parts):
+    """Every launch reads only what holds its value (inputs, constants, what an earlier
+    launch wrote), writes arena tensors no launch wrote before, and is given one offset
+    per arena tensor its kernel takes; every output is written -> each launch's (reads,
+    writes)."""
+    n = len(plan.tensors)
+    launch_written = _launch_written(plan)
     written = set()
     steps = []
 
@@ -281,8 +356,12 @@ def verify(plan):
     for i, t in enumerate(plan.tensors):
         if t.kind == "output" and not ready(i):
             _fail(f"output {t.name!r} is never written")
-    # an inline constant is in one kernel's program: read by one launch, whose kernel
-    # runs no other launch (so its bytes are held once, as memory states them)
+    return steps
+
+
+def check_inline_constants_read_once(plan):
+    """An inline constant is in one kernel's program: read by one launch, whose kernel
+    runs no other launch (so its bytes are held once, as memory states them)."""
     kernel_runs, readers = {}, {}
     for l in plan.launches:
         kernel_runs[l.kernel] = kernel_runs.get(l.kernel, 0) + 1
@@ -294,11 +373,20 @@ def verify(plan):
             ks = readers.get(i, [])
             if len(ks) != 1 or kernel_runs[ks[0]] != 1:
                 _fail(f"inline constant {t.name!r} must be read by one launch, whose kernel runs no other launch")
+
+
+def check_every_kernel_runs(plan, special):
+    """No kernel is dead weight: each is run by a launch or has a role."""
     used = set(special) | {l.kernel for l in plan.launches}
     for i, k in enumerate(plan.kernels):
         if i not in used:
             _fail(f"kernel {k.name!r} is not run by any launch, nor the input, output or place kernel")
 
+
+def check_no_live_tensors_overlap(plan, steps):
+    """Lifetimes derived from the launches (not the planner's), swept for two tensors
+    that share bytes while both are live, apart from the declared sharing."""
+    a = plan.alignment
     kinds = [t.kind if t.storage == "arena" else None for t in plan.tensors]
     ivs = intervals.phases(kinds, [t.nbytes for t in plan.tensors], steps, a, feeds_first=plan.input_kernel == -1,
                            base=[t.base for t in plan.tensors])
@@ -308,8 +396,6 @@ def verify(plan):
         _fail(f"tensors {x.name!r} (bytes {x.offset}..{x.offset + x.nbytes}, {_live(clash[0])}) "
               f"and {y.name!r} (bytes {y.offset}..{y.offset + y.nbytes}, {_live(clash[1])}) "
               f"overlap while both are live")
-    return plan
-
 
 def _live(iv):
     """An interval's phases (intervals.phases) in words: launch s reads in phase 2s + 2
