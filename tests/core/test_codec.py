@@ -221,3 +221,36 @@ def test_file_size_checked_against_the_header_before_it_is_read(data, tmp_path):
             through_pipe(data + b"x")
         with pytest.raises(PlanError, match=f"{len(data) - 1} bytes, the header says {len(data)}"):
             codec.decode(through_pipe(data[:-1]))
+
+
+def test_every_older_format_has_one_upgrade_step_to_the_next():
+    """Reading formats 2-5 is a promise (the golden plans): each upgrades one version
+    step at a time, so a new format needs exactly one new step."""
+    from aotplan.core.codec import upgrades
+
+    assert sorted(upgrades.STEPS) == list(range(codec.MIN_SUPPORTED_VERSION, codec.FORMAT_VERSION))
+    assert sorted(upgrades.FIELDS_OF) == list(range(codec.MIN_SUPPORTED_VERSION, codec.FORMAT_VERSION + 1))
+    assert upgrades.FIELDS_OF[codec.FORMAT_VERSION] == codec.PAYLOAD_FIELDS
+
+
+def test_a_format_2_payload_upgrades_to_the_current_schema():
+    """A literal format-2 payload (no sharing, no padding, constants in the payload)
+    decodes as the current schema says such a plan means."""
+    from aotplan.core.codec import upgrades
+
+    m = {"launch_mode": "kernel", "weights": "pool", "planner": "best", "passes": [], "alignment": 64,
+         "arena_bytes": 64, "tensors": [["x", "input", "float32", [4], "default", [4], "arena", 0, 16],
+                                        ["w", "constant", "float32", [4], "default", [4], "pool", -1, 16]],
+         "constants": [[1, b"\x01" * 16]], "kernels": [], "launches": [], "inputs": [0], "outputs": [],
+         "output_names": [], "input_kernel": -1, "output_kernel": -1, "place_kernel": -1,
+         "memory": [64, 48, 64, 16, 0], "provenance": ["m", "d", "0.2", "j", "jl", ["cpu"], ""]}
+    up, section = upgrades.upgrade(dict(m), 2, b"")
+    assert up["tensors"][0][9:] == [-1, 1, 0, [0]] and up["memory"] == [64, 48, 64, 16, 0, 48, 48, 0]
+    assert up["constants"] == [[1, 0, 16]] and bytes(section) == b"\x01" * 16
+    plan = codec.decode_payload(msgpack.packb(m, use_bin_type=True), 2, b"")
+    assert plan.tensors[0].base == -1 and plan.tensors[0].padding == (0,) and plan.memory.inline_constant_bytes == 0
+    assert bytes(plan.constants[0].data) == b"\x01" * 16 and plan.memory.shared_bound_bytes == 48
+    m["tensors"][1][6] = "inline"
+    with pytest.raises(PlanError, match=r"tensors\[1\]\.storage: 'inline' is a format 6 storage, this plan says "
+                                        r"format 2"):
+        codec.decode_payload(msgpack.packb(m, use_bin_type=True), 2, b"")

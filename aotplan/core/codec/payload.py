@@ -1,0 +1,164 @@
+"""The payload: a Plan as a msgpack map of positional rows (the current format), and
+back, every field's type checked. An older format's payload is upgraded first."""
+
+import msgpack
+
+from aotplan.core.codec import upgrades
+from aotplan.core.codec.data import DATA_ALIGN, DATA_CHUNK, chunk_digests, data_section
+from aotplan.core.codec.fields import check, exact_fields, get, ints, row, strs
+from aotplan.core.codec.upgrades import PAYLOAD_FIELDS
+from aotplan.core.errors import PlanError
+from aotplan.core.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanTensor, Provenance
+
+FORMAT_VERSION = 6  # what `encode_payload` writes
+
+# Limits for the payload decoder: a corrupt length field must not allocate gigabytes.
+# Each is also capped by the payload's size (`_limits`): an element takes at least a byte.
+_LIMITS = dict(max_str_len=1 << 20, max_bin_len=1 << 33, max_array_len=1 << 24, max_map_len=1 << 10)
+
+
+def _limits(n):
+    return {k: min(v, n) for k, v in _LIMITS.items()}
+
+
+# ---------------------------------------------------------------- encoding
+
+def _tensor(t):
+    return [t.name, t.kind, t.dtype, list(t.shape), t.format, list(t.device_shape), t.storage, t.offset, t.nbytes,
+            t.base, t.runs, t.stride, list(t.padding)]
+
+
+def _kernel(k):
+    return [k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, k.returns, k.native]
+
+
+def _launch(l):
+    return [l.kernel, l.node, list(l.reads), list(l.writes), list(l.nodes)]
+
+
+def encode_payload(plan, constant_rows=None, digests=None):
+    """The payload's bytes (the current format). It needs the data section's constant
+    rows and chunk digests (`data_section`, `chunk_digests`)."""
+    m, p = plan.memory, plan.provenance
+    if constant_rows is None:
+        constant_rows, data = data_section(plan.constants)
+        digests = chunk_digests(data)
+    return msgpack.packb({
+        "launch_mode": plan.launch_mode,
+        "weights": plan.weights,
+        "planner": plan.planner,
+        "passes": list(plan.passes),
+        "alignment": plan.alignment,
+        "arena_bytes": plan.arena_bytes,
+        "tensors": [_tensor(t) for t in plan.tensors],
+        "constants": constant_rows,
+        "data_sha256": digests,
+        "kernels": [_kernel(k) for k in plan.kernels],
+        "launches": [_launch(l) for l in plan.launches],
+        "inputs": list(plan.inputs),
+        "outputs": list(plan.outputs),
+        "output_names": list(plan.output_names),
+        "input_kernel": plan.input_kernel,
+        "output_kernel": plan.output_kernel,
+        "place_kernel": plan.place_kernel,
+        "memory": [m.arena_bytes, m.lower_bound_bytes, m.naive_bytes, m.constant_pool_bytes, m.max_workspace_bytes,
+                   m.plain_bound_bytes, m.shared_bound_bytes, m.inline_constant_bytes],
+        "provenance": [p.model_name, p.model_digest, p.aotplan_version, p.jax_version, p.jaxlib_version,
+                       list(p.platforms), p.native_fingerprint],
+    }, use_bin_type=True)
+
+
+# ---------------------------------------------------------------- decoding
+
+def _decode_tensor(r, i):
+    f = f"tensors[{i}]"
+    r = row(r, 13, f)
+    return PlanTensor(
+        name=check(r[0], str, f + ".name"), kind=check(r[1], str, f + ".kind"),
+        dtype=check(r[2], str, f + ".dtype"), shape=ints(r[3], f + ".shape"),
+        format=check(r[4], str, f + ".format"), device_shape=ints(r[5], f + ".device_shape"),
+        storage=check(r[6], str, f + ".storage"), offset=check(r[7], int, f + ".offset"),
+        nbytes=check(r[8], int, f + ".nbytes"), base=check(r[9], int, f + ".base"), runs=check(r[10], int, f + ".runs"),
+        stride=check(r[11], int, f + ".stride"), padding=ints(r[12], f + ".padding"))
+
+
+def _decode_kernel(r, i):
+    f = f"kernels[{i}]"
+    r = row(r, 7, f)
+    return PlanKernel(name=check(r[0], str, f + ".name"), exported=check(r[1], bytes, f + ".exported"),
+                      workspace_bytes=check(r[2], int, f + ".workspace_bytes"),
+                      n_offsets=check(r[3], int, f + ".n_offsets"), feeds=check(r[4], bool, f + ".feeds"),
+                      returns=check(r[5], bool, f + ".returns"), native=check(r[6], bytes, f + ".native"))
+
+
+def _decode_launch(r, i):
+    f = f"launches[{i}]"
+    r = row(r, 5, f)
+    return Launch(kernel=check(r[0], int, f + ".kernel"), node=check(r[1], str, f + ".node"),
+                  reads=ints(r[2], f + ".reads"), writes=ints(r[3], f + ".writes"),
+                  nodes=strs(check(r[4], list, f + ".nodes"), f + ".nodes"))
+
+
+def constants_in(rows, digests, section):
+    """The constant rows [tensor, offset, bytes] and chunk digests, checked
+    against the data section -> PlanConstants viewing it."""
+    section = memoryview(section).toreadonly()
+    check(digests, list, "plan.data_sha256")
+    want = -(-len(section) // DATA_CHUNK)
+    if len(digests) != want:
+        raise PlanError(f"plan field data_sha256: {len(digests)} digests, the data section's "
+                        f"{len(section)} bytes need {want}")
+    for i, d in enumerate(digests):
+        if not isinstance(d, bytes) or len(d) != 32:
+            raise PlanError(f"plan field data_sha256[{i}]: expected 32 bytes")
+    consts, end = [], 0
+    for i, c in enumerate(rows):
+        f = f"constants[{i}]"
+        c = row(c, 3, f)
+        tensor, at, n = (check(c[j], int, f + k) for j, k in enumerate((".tensor", ".offset", ".bytes")))
+        if at % DATA_ALIGN or at < end or n < 0 or at + n > len(section):
+            raise PlanError(f"plan field {f}: bytes [{at}, {at + n}) are not an aligned range of the data "
+                            f"section ({len(section)} bytes) after the previous constant's (ending at {end})")
+        end = at + n
+        consts.append(PlanConstant(tensor, section[at:end]))
+    for k, got in enumerate(chunk_digests(section)):
+        if got != digests[k]:
+            raise PlanError(f"plan is corrupt: digest mismatch in the data section's bytes "
+                            f"[{k * DATA_CHUNK}, {min(len(section), (k + 1) * DATA_CHUNK)})")
+    return consts
+
+
+def decode_payload(payload, version=FORMAT_VERSION, section=b""):
+    """Payload bytes of format `version` (and, format 5 on, the data section) -> Plan.
+    An older format is upgraded to the current one first (`upgrades`)."""
+    try:
+        m = msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=True, **_limits(len(payload)))
+    except Exception as e:  # msgpack raises ValueError, TypeError, UnicodeDecodeError, ...
+        raise PlanError(f"plan payload is not valid msgpack: {e}") from None
+    check(m, dict, "payload")
+    m, section = upgrades.upgrade(m, version, section)
+    exact_fields(m, PAYLOAD_FIELDS, "plan")
+    consts = constants_in(get(m, "constants", list), get(m, "data_sha256", list), section)
+    mem = ints(row(get(m, "memory", list), 8, "memory"), "memory")
+    prov = row(get(m, "provenance", list), 7, "provenance")
+    for i in (0, 1, 2, 3, 4, 6):
+        check(prov[i], str, f"provenance[{i}]")
+    check(prov[5], list, "provenance.platforms")
+    for i, p in enumerate(prov[5]):
+        check(p, str, f"provenance.platforms[{i}]")
+    return Plan(
+        launch_mode=get(m, "launch_mode", str), weights=get(m, "weights", str),
+        planner=get(m, "planner", str), passes=strs(get(m, "passes", list), "passes"),
+        alignment=get(m, "alignment", int),
+        arena_bytes=get(m, "arena_bytes", int),
+        tensors=tuple(_decode_tensor(r, i) for i, r in enumerate(get(m, "tensors", list))),
+        constants=tuple(consts),
+        kernels=tuple(_decode_kernel(r, i) for i, r in enumerate(get(m, "kernels", list))),
+        launches=tuple(_decode_launch(r, i) for i, r in enumerate(get(m, "launches", list))),
+        inputs=ints(get(m, "inputs", list), "inputs"), outputs=ints(get(m, "outputs", list), "outputs"),
+        output_names=strs(get(m, "output_names", list), "output_names"),
+        input_kernel=get(m, "input_kernel", int), output_kernel=get(m, "output_kernel", int),
+        place_kernel=get(m, "place_kernel", int),
+        memory=MemoryStats(*mem),
+        provenance=Provenance(prov[0], prov[1], prov[2], prov[3], prov[4], tuple(prov[5]), prov[6]),
+    )
