@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from aotplan.core import debug, dtypes, kernels, verify
 from aotplan.core.plan import WEIGHT_PLACEMENTS
 from aotplan.core.errors import ModelError
+from compiler import search
 from compiler.passes import (
     bn_fold, cse, dce, emit, fold, group, identity, infer, layout, liveness, lower, plan_memory, schedule, validate,
     views, weight_layout,
@@ -151,9 +152,35 @@ class Planned:
     layout: object = None  # passes.layout.Layout: formats, conversions, the policy applied
 
 
+@dataclass(frozen=True)
+class Front:
+    """The graph as every plan of one compile sees it: cleaned up (`prepare`), in the
+    model's order, typed, and laid out in storage formats (`layout`). Computed once per
+    compile; the planning that follows (`plan_front`) is a function of it."""
+
+    graph: object
+    order: tuple
+    info: dict
+    layout: object  # passes.layout.Layout
+
+
+def front(graph, options=Options()):
+    """Graph -> Front: the options checked, `prepare`, then the layout pass."""
+    check_options(options)
+    graph, order, info = prepare(graph, options)
+    lay = layout.run(graph, order, info, options.format_policy, options.platforms()[0], launch=options.launch)
+    debug.log(1, f"layout[{lay.policy}]: {lay.conversions} conversions, "
+                 f"{sum(1 for n in lay.order if n.attr('format', 'default') != 'default')} nodes in another format")
+    return Front(lay.graph, tuple(lay.order), lay.info, lay)
+
+
 def plan_graph(graph, options=Options(), cuts=frozenset()):
-    """Graph -> Planned: clean-up, schedule, grouping, lifetimes, bounds, placement.
-    `cuts`: names of nodes that start a fused group (compile_graph's splits)."""
+    """Graph -> Planned (`front`, then `plan_front`)."""
+    return plan_front(front(graph, options), options, cuts)
+
+
+def check_options(options):
+    """Each choice-valued option is one of its choices, or ModelError naming it."""
     if options.weights not in WEIGHT_PLACEMENTS:
         raise ModelError(f"unknown weights placement {options.weights!r} (choose from {', '.join(WEIGHT_PLACEMENTS)})")
     if options.launch not in LAUNCH_MODES:
@@ -162,11 +189,15 @@ def plan_graph(graph, options=Options(), cuts=frozenset()):
         raise ModelError(f"unknown schedule {options.schedule!r} (choose from {', '.join(SCHEDULES)})")
     if options.placement not in PLACEMENTS:
         raise ModelError(f"unknown placement {options.placement!r} (choose from {', '.join(PLACEMENTS)})")
-    graph, order, info = prepare(graph, options)
-    lay = layout.run(graph, order, info, options.format_policy, options.platforms()[0], launch=options.launch)
-    graph, order, info, fmts = lay.graph, list(lay.order), lay.info, lay.formats
-    debug.log(1, f"layout[{lay.policy}]: {lay.conversions} conversions, "
-                 f"{sum(1 for n in order if n.attr('format', 'default') != 'default')} nodes in another format")
+
+
+def plan_front(fr, options=Options(), cuts=frozenset()):
+    """Front -> Planned: grouping, lifetimes, bounds and placement, the lowest peak of
+    the candidate schedules and concat placements. A function of its arguments (no
+    pass reruns): `cuts`, names of nodes that start a fused group, is how the split
+    search (`compiler.search`) asks for another plan of the same front."""
+    lay = fr.layout
+    graph, order, info, fmts = fr.graph, list(fr.order), fr.info, lay.formats
     all_views = views.find(order, graph, info) if options.views else {}
     all_parts = views.placements(order, graph, info, all_views) if options.placement != "off" else {}
     # a placed concat's bytes are live from its first input's write, so placement can
@@ -270,7 +301,8 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
                          f"({lower.host_platform()}), which is not among the targets ({', '.join(platforms)}); "
                          f"compile on a {'/'.join(platforms)} host to embed them, or leave out --embed-executables")
     output_names, n_nodes = graph.outputs, len(graph.nodes)
-    p = plan_graph(graph, options)
+    fr = front(graph, options)
+    p = plan_front(fr, options)
     if on_start:
         on_start(len(p.groups))
     native_for = None
@@ -289,7 +321,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
 
     lowered = lowered_for(p, progress)
     if options.launch == "fused" and options.split_groups:
-        p, lowered = _split_widest(p, lowered, graph, options, lowered_for)
+        p, lowered = search.split_widest(p, lowered, lambda cuts: plan_front(fr, options, cuts), lowered_for)
     graph, groups, live, mem = p.graph, p.groups, p.live, p.mem
     debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches")
     passes = tuple(p for p in CLEANUP_PASSES if options.runs(p))
@@ -297,53 +329,6 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
                     (p.plain_bound, p.shared_bound))
     verify.verify(plan)
     return Result(plan, time.perf_counter() - t0, n_nodes, format_stats(p, lowered))
-
-
-MAX_SPLITS = 4  # fused groups split for memory, at most
-
-
-def _step_bytes(p, lowered):
-    return p.mem.arena_bytes + max((k.workspace_bytes for k in lowered.kernels), default=0)
-
-
-def _split_widest(p, lowered, graph, options, lowered_for):
-    """Fused mode: split the group whose kernel has the plan's largest workspace (XLA's
-    temps) at its narrowest point between two contractions, plan and lower again, and
-    keep the split if arena + max workspace (the step's device memory beyond the
-    constant pool) drops; repeat up to MAX_SPLITS times, while the max workspace is
-    at least lower.MIN_REFINED_WORKSPACE. A group that chains several
-    large convolutions (a UNet decoder stage: conv, upsampling, projection, concat with
-    the skip, conv) holds their inputs and results as temps at once; split, the tensor
-    at the cut goes to the arena, where the planner shares its bytes, and each part's
-    convolutions can be banded (passes/lower.py)."""
-    cuts = frozenset()
-    for _ in range(MAX_SPLITS):
-        ws = [lowered.kernels[k].workspace_bytes for k, _, _ in lowered.launches]
-        top = ws.index(max(ws, default=0)) if ws else 0  # the first launch at the max
-        if not ws or ws[top] < lower.MIN_REFINED_WORKSPACE:
-            break
-        order = [n for g in p.groups for n in g]
-        sizes = {t: formats.nbytes(i.shape, i.dtype, p.layout.formats.get(t, "default")) for t, i in p.info.items()}
-        at = group.split_point(order, p.groups[top], sizes)
-        if at is None:
-            break
-        q = plan_graph(graph, options, cuts | {at})
-        # first a cheap look: lower only the two parts; the other groups' computations
-        # are unchanged (their offsets move, their temps do not)
-        second = next(s for s, g in enumerate(q.groups) if g[0].name == at)
-        parts = {second - 1, second}
-        rest = max(ws[:top] + ws[top + 1:], default=0)
-        guess = q.mem.arena_bytes + max([rest, *lowered_for(q, only=parts, band_floor=0).values()])
-        now = _step_bytes(p, lowered)
-        debug.log(1, f"split before {at!r}: step bytes {now} -> about {guess}")
-        if guess >= now:
-            break
-        lq = lowered_for(q, band_floor=0)  # (this compile refines: see the check above)
-        debug.log(1, f"split before {at!r}: step bytes {now} -> {_step_bytes(q, lq)}")
-        if _step_bytes(q, lq) >= now:
-            break
-        p, lowered, cuts = q, lq, cuts | {at}
-    return p, lowered
 
 
 def format_stats(p, lowered):

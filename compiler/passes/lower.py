@@ -205,7 +205,7 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, 
 
 MAX_BANDS = 8  # row bands of one convolution, at most
 # Workspace from which the compiler spends compiles on lowering it (bands here, fused
-# group splits in pipeline._split_widest): below it the bytes are not worth the time.
+# group splits in compiler.search.split_widest): below it the bytes are not worth the time.
 MIN_REFINED_WORKSPACE = 1 << 20
 _BAND_SHARE = 2  # a convolution is banded if its input and output take 1/_BAND_SHARE of the workspace, at least
 
@@ -264,7 +264,7 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     lower the widest launches' convolutions in row bands where that lowers the plan's
     workspace (`_band_widest`; kernel and fused mode). With `only` (launch indices),
     lowers just those launches and returns {launch: workspace bytes} (banded as if
-    they were the whole plan): a cheap look at a regrouping (pipeline._split_widest).
+    they were the whole plan): a cheap look at a regrouping (compiler.search.split_widest).
     `band_floor`: the workspace below which nothing is banded (a regrouping passes 0:
     the compile has decided to refine). `jobs`: XLA compiles at once (default:
     `xla_options.default_jobs()`; the plan is the same for any number). `inline`: the

@@ -1,7 +1,6 @@
 """The plan codec: round trips, and every way a file can be wrong -> one clear error."""
 
 import dataclasses
-import hashlib
 import struct
 
 import msgpack
