@@ -3,7 +3,8 @@
 The device-shape math is aotplan/core/formats.py (numpy); this module mirrors its
 `to_device`/`from_device` in jax.numpy, so that a kernel converts on the device, and
 lowers the ops that read and write a format without converting (passes/layout.py
-decides which node runs in which format; `SUPPORTED` below is what it may choose).
+decides which node runs in which format; an op's `formats`, declared where it is
+registered (compiler/ops), name the families it may choose).
 
 Inside a kernel a tensor in format F is its device array (padding included). A node
 that runs in F (its attribute `format`) reads its activation inputs in F and writes
@@ -14,8 +15,8 @@ the consumer.
 
 Padding rules (checked after every launch by tests/compiler/passes/test_formats.py):
 - every kernel writes zeros in its outputs' padding: an op whose result on zero
-  inputs is zero (relu, add, mul, ...: `ZERO_PRESERVING`) keeps it so; any other
-  (sigmoid, div, softmax, ...) masks its result (`where(valid, y, 0)`);
+  inputs is zero (relu, add, mul, ...: registered `zero_preserving`) keeps it so; any
+  other (sigmoid, div, softmax, ...) masks its result (`where(valid, y, 0)`);
 - reductions keep padding out: a mean divides by the logical count, a softmax over a
   padded axis sets the padding to -inf first, a max pool sees zeros only on padding
   lanes (never mixed with real ones), a matmul over a padded contraction relies on
@@ -38,28 +39,10 @@ from compiler.ops.norms import batchnorm_broadcast
 from compiler.ops.pooling import pool_geometry, window_counts
 from compiler.ops.precision import widen
 
-# ops whose result is 0 wherever every input is 0: their padding stays zero unmasked
-ZERO_PRESERVING = frozenset((
-    "relu", "neg", "abs", "identity", "tanh", "erf", "gelu", "hard_swish", "sqrt", "cast",
-    "add", "sub", "mul", "sum",
-    "leaky_relu", "prelu", "elu", "selu", "floor", "ceil", "round", "sin", "sign", "max", "min",
-    "greater", "less", "and", "or", "xor",
-))
-ELEMENTWISE = frozenset((
-    "relu", "sigmoid", "tanh", "erf", "exp", "sqrt", "gelu", "identity", "neg", "abs", "log", "reciprocal",
-    "hard_sigmoid", "hard_swish", "cast", "clip", "add", "sub", "mul", "div", "sum", "pow", "where", "equal",
-    "leaky_relu", "prelu", "elu", "selu", "softplus", "floor", "ceil", "round", "sin", "cos", "sign", "max", "min",
-    "greater", "less", "greater_equal", "less_equal", "not", "and", "or", "xor",
-))
-# ops with a lowering for each format family (besides "default"); layout.py checks the
-# shapes each needs (`layout.supports`)
-SUPPORTED = {
-    "nhwc": ELEMENTWISE | {"batchnorm", "conv", "conv2d", "maxpool", "avgpool", "global_avgpool", "global_maxpool",
-                           "concat", "softmax", "lrn", "resize"},
-    "nc1hwc0": ELEMENTWISE | {"batchnorm", "conv", "conv2d", "maxpool", "avgpool", "global_avgpool",
-                              "global_maxpool", "concat", "resize"},
-    "aligned": ELEMENTWISE | {"batchnorm", "concat", "softmax", "layernorm", "matmul", "gemm"},
-}
+# Which ops are elementwise (lowered below in any format as they are), zero-preserving
+# (their padding stays zero unmasked) and lowered in which format family (the others:
+# `_LOWER`) is declared where each op is registered (compiler/ops/registry.py).
+
 # ops that relayout inside their kernel (XLA's conv takes one feature dimension): a
 # conversion, counted as one (`hidden_conversions`)
 RELAYOUT_INSIDE = {"nc1hwc0": frozenset(("conv", "conv2d"))}
@@ -179,10 +162,10 @@ def lower_node(node, vals, infos, in_fmts, out_infos):
         return op.lower(node, *vals)
     name, _ = F.parse(fmt)
     out = out_infos[0].shape
-    if node.op in ELEMENTWISE:
+    if op.elementwise:
         args = [v if f == fmt else adapt(v, out, fmt) for v, f in zip(vals, in_fmts)]
         (y,) = op.lower(node, *args)
-        return (y if node.op in ZERO_PRESERVING else zero_padding(y, out, fmt),)
+        return (y if op.zero_preserving else zero_padding(y, out, fmt),)
     fn = _LOWER[node.op]
     return fn(node, fmt, name, vals, infos, out)
 

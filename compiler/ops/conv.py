@@ -172,5 +172,7 @@ def _in_bands(conv, x, k, s, d, pads, axis, bands):
 
 
 CONV_ATTRS = ("strides", "pads", "dilations", "group", "auto_pad", "kernel_shape", "weight_layout")
-register("conv", (2, 3), CONV_ATTRS)((_conv_infer, _conv))
-register("conv2d", (2, 3), CONV_ATTRS)((_conv_infer, _conv))
+# an anchor (a contraction: compiler/passes/group.py); lowered in nhwc, and in nc1hwc0 by a relayout to nhwc
+# inside its kernel (compiler/formats.py)
+register("conv", (2, 3), CONV_ATTRS, anchor=True, formats=("nhwc", "nc1hwc0"))((_conv_infer, _conv))
+register("conv2d", (2, 3), CONV_ATTRS, anchor=True, formats=("nhwc", "nc1hwc0"))((_conv_infer, _conv))

@@ -119,5 +119,5 @@ def _conv_transpose(node, x, w, b=None):
 
 
 register("conv_transpose", (2, 3), ("strides", "pads", "dilations", "group", "output_padding", "kernel_shape",
-                                    "auto_pad", "output_shape"))((_conv_transpose_infer, _conv_transpose))
+                                    "auto_pad", "output_shape"), anchor=True)((_conv_transpose_infer, _conv_transpose))
 

@@ -386,7 +386,7 @@ def _einsum(node, *xs):
     return (jnp.einsum(_equation(node), *xs).astype(xs[0].dtype),)
 
 
-register("einsum", (1, 1 << 16), ("equation",))((_einsum_infer, _einsum))
+register("einsum", (1, 1 << 16), ("equation",), anchor=True)((_einsum_infer, _einsum))
 
 
 # ---------------------------------------------------------------- shape / constant_of_shape

@@ -25,10 +25,11 @@ def _div(node, a, b):
     return (a / b,)
 
 
-register("add", (2, 2))((_binary_infer, lambda node, a, b: (a + b,)))
-register("sub", (2, 2))((_binary_infer, lambda node, a, b: (a - b,)))
-register("mul", (2, 2))((_binary_infer, lambda node, a, b: (a * b,)))
-register("div", (2, 2))((_binary_infer, _div))
+# elementwise and zero-preserving: see compiler/ops/registry.py (0 + 0, 0 - 0, 0 * 0 are 0; 0 / 0 is not)
+register("add", (2, 2), elementwise=True, zero_preserving=True)((_binary_infer, lambda node, a, b: (a + b,)))
+register("sub", (2, 2), elementwise=True, zero_preserving=True)((_binary_infer, lambda node, a, b: (a - b,)))
+register("mul", (2, 2), elementwise=True, zero_preserving=True)((_binary_infer, lambda node, a, b: (a * b,)))
+register("div", (2, 2), elementwise=True)((_binary_infer, _div))  # 0 / 0 = nan: masked
 
 
 def _mod_infer(node, ins):
@@ -82,19 +83,21 @@ def _gelu_infer(node, ins):
     return _float_unary_infer(node, ins)
 
 
-register("relu", (1, 1))((_numeric_unary_infer, lambda node, x: (jnp.maximum(x, jnp.zeros((), x.dtype)),)))
-register("sigmoid", (1, 1))((_float_unary_infer, _unary(jax.nn.sigmoid)))
-register("tanh", (1, 1))((_float_unary_infer, _unary(jnp.tanh)))
-register("erf", (1, 1))((_float_unary_infer, _unary(lax.erf)))
-register("exp", (1, 1))((_float_unary_infer, _unary(jnp.exp)))
-register("sqrt", (1, 1))((_float_unary_infer, _unary(jnp.sqrt)))
-register("gelu", (1, 1), ('approximate',))((_gelu_infer, _gelu))
+# zero-preserving: relu, tanh, erf, sqrt and gelu (0 * Phi(0)) are 0 at 0; sigmoid and exp are not
+register("relu", (1, 1), elementwise=True, zero_preserving=True)((
+    _numeric_unary_infer, lambda node, x: (jnp.maximum(x, jnp.zeros((), x.dtype)),)))
+register("sigmoid", (1, 1), elementwise=True)((_float_unary_infer, _unary(jax.nn.sigmoid)))  # sigmoid(0) = 0.5: masked
+register("tanh", (1, 1), elementwise=True, zero_preserving=True)((_float_unary_infer, _unary(jnp.tanh)))
+register("erf", (1, 1), elementwise=True, zero_preserving=True)((_float_unary_infer, _unary(lax.erf)))
+register("exp", (1, 1), elementwise=True)((_float_unary_infer, _unary(jnp.exp)))  # exp(0) = 1: masked
+register("sqrt", (1, 1), elementwise=True, zero_preserving=True)((_float_unary_infer, _unary(jnp.sqrt)))
+register("gelu", (1, 1), ('approximate',), elementwise=True, zero_preserving=True)((_gelu_infer, _gelu))
 
 
 def _identity_infer(node, ins):
     return [(ins[0].dtype, ins[0].shape)]
 
 
-register("identity", (1, 1))((_identity_infer, lambda node, x: (x,)))
+register("identity", (1, 1), elementwise=True, zero_preserving=True)((_identity_infer, lambda node, x: (x,)))
 
 __all__ = ["dtypes"]

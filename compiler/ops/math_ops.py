@@ -54,7 +54,7 @@ def _sum(node, *xs):
     return (y,)
 
 
-register("sum", (1, 1 << 16))((_sum_infer, _sum))
+register("sum", (1, 1 << 16), elementwise=True, zero_preserving=True)((_sum_infer, _sum))  # 0 + ... + 0 = 0
 
 
 def _pow_infer(node, ins):
@@ -107,7 +107,7 @@ def _pow(node, b, e):
     return (jnp.where(integral, exact, approx),)
 
 
-register("pow", (2, 2))((_pow_infer, _pow))
+register("pow", (2, 2), elementwise=True)((_pow_infer, _pow))  # 0 ** 0 = 1: masked
 
 
 # ---------------------------------------------------------------- unary
@@ -133,11 +133,13 @@ def _float_unary(fn):
     return lambda node, x: (fn(widen(x)).astype(x.dtype),)
 
 
-register("reciprocal", (1, 1))((_float_unary_infer, _float_unary(lambda x: 1.0 / x)))
-register("log", (1, 1))((_float_unary_infer, _float_unary(jnp.log)))
-register("neg", (1, 1))((_signed_unary_infer, lambda node, x: (-x,)))
-register("abs", (1, 1))((_abs_infer, lambda node, x: (x if jnp.issubdtype(x.dtype, jnp.unsignedinteger)
-                                                     else jnp.abs(x),)))
+# zero-preserving (compiler/ops/registry.py): -0 and |0| are 0; 1 / 0 = inf and log(0) = -inf are not, so the
+# padding of reciprocal and log is masked
+register("reciprocal", (1, 1), elementwise=True)((_float_unary_infer, _float_unary(lambda x: 1.0 / x)))
+register("log", (1, 1), elementwise=True)((_float_unary_infer, _float_unary(jnp.log)))
+register("neg", (1, 1), elementwise=True, zero_preserving=True)((_signed_unary_infer, lambda node, x: (-x,)))
+register("abs", (1, 1), elementwise=True, zero_preserving=True)((
+    _abs_infer, lambda node, x: (x if jnp.issubdtype(x.dtype, jnp.unsignedinteger) else jnp.abs(x),)))
 
 
 def _hard_sigmoid_infer(node, ins):
@@ -155,8 +157,9 @@ def _hard_swish(node, x):
     return ((xf * jnp.clip(xf / 6.0 + 0.5, 0.0, 1.0)).astype(x.dtype),)
 
 
-register("hard_sigmoid", (1, 1), ("alpha", "beta"))((_hard_sigmoid_infer, _hard_sigmoid))
-register("hard_swish", (1, 1))((_float_unary_infer, _hard_swish))
+# zero-preserving: hard_swish(0) = 0 * relu6(3) / 6 = 0; hard_sigmoid(0) = beta (0.5), masked
+register("hard_sigmoid", (1, 1), ("alpha", "beta"), elementwise=True)((_hard_sigmoid_infer, _hard_sigmoid))
+register("hard_swish", (1, 1), elementwise=True, zero_preserving=True)((_float_unary_infer, _hard_swish))
 
 
 # ---------------------------------------------------------------- where / equal / cast
@@ -170,7 +173,7 @@ def _where_infer(node, ins):
     return [(x.dtype, broadcast_shape(node, ins))]
 
 
-register("where", (3, 3))((_where_infer, lambda node, c, x, y: (jnp.where(c, x, y),)))
+register("where", (3, 3), elementwise=True)((_where_infer, lambda node, c, x, y: (jnp.where(c, x, y),)))
 
 
 def _equal_infer(node, ins):
@@ -178,7 +181,7 @@ def _equal_infer(node, ins):
     return [("bool", broadcast_shape(node, ins))]
 
 
-register("equal", (2, 2))((_equal_infer, lambda node, a, b: (a == b,)))
+register("equal", (2, 2), elementwise=True)((_equal_infer, lambda node, a, b: (a == b,)))  # 0 == 0: true, masked
 
 
 def _cast_to(node):
@@ -201,7 +204,7 @@ def _cast(node, x):
     return (x.astype(target),)  # float -> int truncates toward zero; bool -> 0/1
 
 
-register("cast", (1, 1), ("to",))((_cast_infer, _cast))
+register("cast", (1, 1), ("to",), elementwise=True, zero_preserving=True)((_cast_infer, _cast))  # 0 in every dtype
 
 
 def as_cast(node, target):
@@ -279,7 +282,8 @@ def _clip(node, x):
     return (x,)
 
 
-register("clip", (1, 1), static_inputs=((1, "min"), (2, "max")))((_clip_infer, _clip))
+register("clip", (1, 1), static_inputs=((1, "min"), (2, "max")), elementwise=True)((  # min may be > 0: masked
+    _clip_infer, _clip))
 
 
 # ---------------------------------------------------------------- reductions
@@ -392,4 +396,4 @@ def _lrn(node, x):
     return (lrn_over(node, x),)
 
 
-register("lrn", (1, 1), ("size", "alpha", "beta", "bias"))((_lrn_infer, _lrn))
+register("lrn", (1, 1), ("size", "alpha", "beta", "bias"), formats=("nhwc",))((_lrn_infer, _lrn))

@@ -31,7 +31,7 @@ def _matmul_infer(node, ins):
     return [(dt, out)]
 
 
-register("matmul", (2, 2))((_matmul_infer, lambda node, a, b: (jnp.matmul(a, b),)))
+register("matmul", (2, 2), anchor=True, formats=("aligned",))((_matmul_infer, lambda node, a, b: (jnp.matmul(a, b),)))
 
 
 def _gemm_infer(node, ins):
@@ -70,4 +70,5 @@ def _gemm(node, a, b, c=None):
     return (y,)
 
 
-register("gemm", (2, 3), ('trans_a', 'trans_b', 'alpha', 'beta'))((_gemm_infer, _gemm))
+register("gemm", (2, 3), ('trans_a', 'trans_b', 'alpha', 'beta'), anchor=True, formats=("aligned",))((
+    _gemm_infer, _gemm))

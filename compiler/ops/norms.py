@@ -32,7 +32,9 @@ def _softmax_like(fn):
     return lower
 
 
-register("softmax", (1, 1), ("axis", "legacy_flatten"))((_softmax_infer, _softmax_like(jax.nn.softmax)))
+# formats: over any axis in nhwc, over the last (padding set to -inf) in aligned (compiler/passes/layout.py)
+register("softmax", (1, 1), ("axis", "legacy_flatten"), formats=("nhwc", "aligned"))((
+    _softmax_infer, _softmax_like(jax.nn.softmax)))
 register("log_softmax", (1, 1), ("axis", "legacy_flatten"))((_softmax_infer, _softmax_like(jax.nn.log_softmax)))
 
 
@@ -135,7 +137,7 @@ def _layernorm(node, x, scale, bias=None):
     return (y.astype(x.dtype), mean.astype(jnp.float32), inv.astype(jnp.float32))[:len(node.outputs)]
 
 
-register("layernorm", (2, 3), ('axis', 'epsilon'), n_outputs=None)((_layernorm_infer, _layernorm))
+register("layernorm", (2, 3), ('axis', 'epsilon'), n_outputs=None, formats=("aligned",))((_layernorm_infer, _layernorm))
 
 
 def _batchnorm_infer(node, ins):
@@ -163,7 +165,7 @@ def _batchnorm(node, x, scale, bias, mean, var):
     return (batchnorm_broadcast(node, x, *(p.reshape(shape) for p in (scale, bias, mean, var))),)
 
 
-register("batchnorm", (5, 5), ('epsilon',))((_batchnorm_infer, _batchnorm))
+register("batchnorm", (5, 5), ('epsilon',), formats=("nhwc", "nc1hwc0", "aligned"))((_batchnorm_infer, _batchnorm))
 
 
 def _lp_infer(node, ins):

@@ -68,17 +68,24 @@ def _selu(node, x):
     return gamma * jnp.where(x > 0, x, alpha * jnp.expm1(x))
 
 
-register("leaky_relu", (1, 1), ("alpha",))((_with_attrs(alpha=0.01), _float_unary(_leaky_relu)))
-register("elu", (1, 1), ("alpha",))((_with_attrs(alpha=1.0), _float_unary(_elu)))
-register("selu", (1, 1), ("alpha", "gamma"))((_with_attrs(alpha=SELU_ALPHA, gamma=SELU_GAMMA),
-                                               _float_unary(_selu)))
-register("softplus", (1, 1))((_float_unary_infer, _float_unary(lambda node, x: jax.nn.softplus(x))))
+# zero-preserving (compiler/ops/registry.py): alpha * 0 = 0, alpha * (exp(0) - 1) = 0, floor, ceil, round and
+# sin of 0 are 0; softplus(0) = log 2 and cos(0) = 1 are not, so their padding is masked
+register("leaky_relu", (1, 1), ("alpha",), elementwise=True, zero_preserving=True)((
+    _with_attrs(alpha=0.01), _float_unary(_leaky_relu)))
+register("elu", (1, 1), ("alpha",), elementwise=True, zero_preserving=True)((
+    _with_attrs(alpha=1.0), _float_unary(_elu)))
+register("selu", (1, 1), ("alpha", "gamma"), elementwise=True, zero_preserving=True)((
+    _with_attrs(alpha=SELU_ALPHA, gamma=SELU_GAMMA), _float_unary(_selu)))
+register("softplus", (1, 1), elementwise=True)((
+    _float_unary_infer, _float_unary(lambda node, x: jax.nn.softplus(x))))
 register("mish", (1, 1))((_float_unary_infer, _float_unary(lambda node, x: x * jnp.tanh(jax.nn.softplus(x)))))
-register("floor", (1, 1))((_float_unary_infer, lambda node, x: (jnp.floor(x),)))
-register("ceil", (1, 1))((_float_unary_infer, lambda node, x: (jnp.ceil(x),)))
-register("round", (1, 1))((_float_unary_infer, lambda node, x: (jnp.round(x),)))  # half to even
-register("sin", (1, 1))((_float_unary_infer, _float_unary(lambda node, x: jnp.sin(x))))
-register("cos", (1, 1))((_float_unary_infer, _float_unary(lambda node, x: jnp.cos(x))))
+register("floor", (1, 1), elementwise=True, zero_preserving=True)((_float_unary_infer, lambda node, x: (jnp.floor(x),)))
+register("ceil", (1, 1), elementwise=True, zero_preserving=True)((_float_unary_infer, lambda node, x: (jnp.ceil(x),)))
+register("round", (1, 1), elementwise=True, zero_preserving=True)((
+    _float_unary_infer, lambda node, x: (jnp.round(x),)))  # half to even
+register("sin", (1, 1), elementwise=True, zero_preserving=True)((
+    _float_unary_infer, _float_unary(lambda node, x: jnp.sin(x))))
+register("cos", (1, 1), elementwise=True)((_float_unary_infer, _float_unary(lambda node, x: jnp.cos(x))))
 for _name, _fn in (("tan", jnp.tan), ("asin", jnp.arcsin), ("acos", jnp.arccos), ("atan", jnp.arctan),
                    ("sinh", jnp.sinh), ("cosh", jnp.cosh), ("asinh", jnp.arcsinh), ("acosh", jnp.arccosh),
                    ("atanh", jnp.arctanh), ("softsign", lambda x: x / (1 + jnp.abs(x)))):
@@ -144,7 +151,8 @@ def _sign_infer(node, ins):
     return [(ins[0].dtype, ins[0].shape)]
 
 
-register("sign", (1, 1))((_sign_infer, lambda node, x: (jnp.sign(x).astype(x.dtype),)))
+register("sign", (1, 1), elementwise=True, zero_preserving=True)((  # sign(0) = 0
+    _sign_infer, lambda node, x: (jnp.sign(x).astype(x.dtype),)))
 
 
 # ---------------------------------------------------------------- prelu
@@ -176,7 +184,8 @@ def _prelu(node, x, slope):
     return (jnp.where(xf < 0, xf * sf, xf).astype(x.dtype),)
 
 
-register("prelu", (2, 2), ("legacy_slope",))((_prelu_infer, _prelu))
+register("prelu", (2, 2), ("legacy_slope",), elementwise=True, zero_preserving=True)((  # slope * 0 = 0
+    _prelu_infer, _prelu))
 
 
 # ---------------------------------------------------------------- max / min
@@ -197,8 +206,9 @@ def _variadic(fn):
     return lower
 
 
-register("max", (1, 1 << 16))((_variadic_infer, _variadic(jnp.maximum)))
-register("min", (1, 1 << 16))((_variadic_infer, _variadic(jnp.minimum)))
+# zero-preserving: the max and the min of zeros are 0
+register("max", (1, 1 << 16), elementwise=True, zero_preserving=True)((_variadic_infer, _variadic(jnp.maximum)))
+register("min", (1, 1 << 16), elementwise=True, zero_preserving=True)((_variadic_infer, _variadic(jnp.minimum)))
 
 
 def _mean_infer(node, ins):
@@ -226,10 +236,11 @@ def _compare_infer(node, ins):
     return [("bool", broadcast_shape(node, ins))]
 
 
-register("greater", (2, 2))((_compare_infer, lambda node, a, b: (a > b,)))
-register("less", (2, 2))((_compare_infer, lambda node, a, b: (a < b,)))
-register("greater_equal", (2, 2))((_compare_infer, lambda node, a, b: (a >= b,)))
-register("less_equal", (2, 2))((_compare_infer, lambda node, a, b: (a <= b,)))
+# zero-preserving: 0 > 0 and 0 < 0 are false (0); 0 >= 0 and 0 <= 0 are true, so their padding is masked
+register("greater", (2, 2), elementwise=True, zero_preserving=True)((_compare_infer, lambda node, a, b: (a > b,)))
+register("less", (2, 2), elementwise=True, zero_preserving=True)((_compare_infer, lambda node, a, b: (a < b,)))
+register("greater_equal", (2, 2), elementwise=True)((_compare_infer, lambda node, a, b: (a >= b,)))
+register("less_equal", (2, 2), elementwise=True)((_compare_infer, lambda node, a, b: (a <= b,)))
 
 
 def _logic_infer(node, ins):
@@ -239,10 +250,14 @@ def _logic_infer(node, ins):
     return [("bool", broadcast_shape(node, ins))]
 
 
-register("not", (1, 1))((_logic_infer, lambda node, x: (jnp.logical_not(x),)))
-register("and", (2, 2))((_logic_infer, lambda node, a, b: (jnp.logical_and(a, b),)))
-register("or", (2, 2))((_logic_infer, lambda node, a, b: (jnp.logical_or(a, b),)))
-register("xor", (2, 2))((_logic_infer, lambda node, a, b: (jnp.logical_xor(a, b),)))
+# zero-preserving: and, or, xor of false are false (0); not false is true, so its padding is masked
+register("not", (1, 1), elementwise=True)((_logic_infer, lambda node, x: (jnp.logical_not(x),)))
+register("and", (2, 2), elementwise=True, zero_preserving=True)((
+    _logic_infer, lambda node, a, b: (jnp.logical_and(a, b),)))
+register("or", (2, 2), elementwise=True, zero_preserving=True)((
+    _logic_infer, lambda node, a, b: (jnp.logical_or(a, b),)))
+register("xor", (2, 2), elementwise=True, zero_preserving=True)((
+    _logic_infer, lambda node, a, b: (jnp.logical_xor(a, b),)))
 
 
 # ---------------------------------------------------------------- bitwise (integers)

@@ -88,8 +88,10 @@ def _lppool(node, x):
 
 
 POOL_ATTRS = ("kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode")
-register("maxpool", (1, 1), POOL_ATTRS + ("storage_order",))((lambda node, ins: _pool_infer(node, ins, False), _maxpool))
-register("avgpool", (1, 1), POOL_ATTRS + ("count_include_pad",))((lambda node, ins: _pool_infer(node, ins, True), _avgpool))
+register("maxpool", (1, 1), POOL_ATTRS + ("storage_order",), formats=("nhwc", "nc1hwc0"))((
+    lambda node, ins: _pool_infer(node, ins, False), _maxpool))
+register("avgpool", (1, 1), POOL_ATTRS + ("count_include_pad",), formats=("nhwc", "nc1hwc0"))((
+    lambda node, ins: _pool_infer(node, ins, True), _avgpool))
 register("lppool", (1, 1), POOL_ATTRS + ("p",))((_lppool_infer, _lppool))
 
 
@@ -103,7 +105,7 @@ def _gap_infer(node, ins):
     return [(x.dtype, x.shape[:2] + (1,) * (len(x.shape) - 2))]
 
 
-register("global_avgpool", (1, 1))((_gap_infer, lambda node, x: (
+register("global_avgpool", (1, 1), formats=("nhwc", "nc1hwc0"))((_gap_infer, lambda node, x: (
     jnp.mean(widen(x), axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype),)))
-register("global_maxpool", (1, 1))((_gap_infer, lambda node, x: (
+register("global_maxpool", (1, 1), formats=("nhwc", "nc1hwc0"))((_gap_infer, lambda node, x: (
     jnp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True),)))

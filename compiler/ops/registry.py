@@ -21,15 +21,35 @@ An `OpDef` has:
 - `foldable`: constant folding may evaluate it at compile time.
 - `internal`: a compiler pass's own op (transdata, which the layout pass inserts), never
   a model's: `validate` refuses it in a model as an unknown op (`model_ops()`).
+
+What the passes need to know of an op is declared here too, by `register`'s keywords,
+so that one place says what an op is (`ops_where(prop)` and `lowered_in(family)` are
+the sets the passes read):
+- `elementwise`: each output element depends only on the elements at the same
+  (broadcast) position of the inputs. compiler/formats.py lowers such an op in any
+  storage format as is (its operands adapted to the output's device array), so it
+  is lowered in every format family (`formats` defaults to `FORMAT_FAMILIES`); the
+  layout pass treats every non-constant input as an activation.
+- `zero_preserving` (elementwise ops only): the result is 0 wherever every input is
+  0, so the padding of a storage format stays zero without masking (relu, add, mul,
+  ...); any other elementwise op (sigmoid, div, ...) masks its result.
+- `anchor`: a contraction (conv, matmul, gemm, einsum, attention, recurrences) that
+  anchors a fused group (compiler/passes/group.py).
+- `formats`: the storage format families (besides "default") the op has a lowering
+  for in compiler/formats.py; compiler/passes/layout.py checks the shapes each needs
+  (`layout.supports`).
 """
 
 import math
 from dataclasses import dataclass
 
 from aotplan.core import dtypes
+from aotplan.core import formats as storage_formats
 from aotplan.core.errors import ShapeError
 
 OPS = {}
+# the storage format families an op may have a lowering for (besides "default")
+FORMAT_FAMILIES = tuple(f for f in storage_formats.FORMAT_NAMES if f != "default")
 
 
 @dataclass(frozen=True)
@@ -45,6 +65,10 @@ class OpDef:
     shape_value: object = None  # (node, input infos) -> output values, for ops like `shape`
     internal: bool = False
     static_dtype: str = None
+    elementwise: bool = False
+    zero_preserving: bool = False
+    anchor: bool = False
+    formats: tuple = ()  # format families (FORMAT_FAMILIES) with a lowering
 
     @property
     def static_positions(self):
@@ -52,22 +76,43 @@ class OpDef:
 
 
 def register(name, arity, attrs=(), n_outputs=1, static_inputs=(), foldable=True, shape_value=None,
-             internal=False, static_dtype=None):
-    """`register(name, arity, attrs)((infer, lower))` adds an op to the registry."""
+             internal=False, static_dtype=None, elementwise=False, zero_preserving=False, anchor=False,
+             formats=None):
+    """`register(name, arity, attrs)((infer, lower))` adds an op to the registry.
+    `formats`: by default every family for an elementwise op, none for any other."""
     if static_inputs and min(p for p, _ in static_inputs) < arity[1]:  # (see the module docstring)
         raise ValueError(f"op {name}: static inputs must follow every dynamic one")
+    if zero_preserving and not elementwise:
+        raise ValueError(f"op {name}: only an elementwise op is zero-preserving")
+    if formats is None:
+        formats = FORMAT_FAMILIES if elementwise else ()
+    unknown = [f for f in formats if f not in FORMAT_FAMILIES]
+    if unknown:
+        raise ValueError(f"op {name}: unknown format families {unknown} (known: {', '.join(FORMAT_FAMILIES)})")
 
     def add(pair):
         infer, lower = pair
         all_attrs = tuple(attrs) + tuple(a for _, a in static_inputs if a not in attrs)
         OPS[name] = OpDef(name, infer, lower, arity, all_attrs, n_outputs, tuple(static_inputs), foldable,
-                          shape_value, internal, static_dtype)
+                          shape_value, internal, static_dtype, elementwise=elementwise,
+                          zero_preserving=zero_preserving, anchor=anchor, formats=tuple(formats))
         return pair
     return add
 
 
 def get(name):
     return OPS.get(name)
+
+
+def ops_where(prop):
+    """The names of the ops whose `OpDef` field `prop` ("elementwise", "zero_preserving",
+    "anchor", ...) is true, as a frozenset."""
+    return frozenset(n for n, op in OPS.items() if getattr(op, prop))
+
+
+def lowered_in(family):
+    """The names of the ops with a lowering for storage format family `family`."""
+    return frozenset(n for n, op in OPS.items() if family in op.formats)
 
 
 def model_ops():

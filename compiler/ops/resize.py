@@ -273,5 +273,5 @@ def _resize(node, x):
 
 RESIZE_ATTRS = ("mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
                 "extrapolation_value", "antialias", "axes", "keep_aspect_ratio_policy")
-register("resize", (1, 1), RESIZE_ATTRS, static_inputs=((1, "roi"), (2, "scales"), (3, "sizes")))((
-    _resize_infer, _resize))
+register("resize", (1, 1), RESIZE_ATTRS, static_inputs=((1, "roi"), (2, "scales"), (3, "sizes")),
+         formats=("nhwc", "nc1hwc0"))((_resize_infer, _resize))

@@ -271,6 +271,6 @@ def _lower(node, *arrays):
 
 
 _ATTRS = ("roles", "activations", "activation_alpha", "activation_beta", "clip", "direction", "hidden_size", "layout")
-register("lstm", (3, 8), _ATTRS + ("input_forget",), n_outputs=None)((_infer, _lower))
-register("gru", (3, 6), _ATTRS + ("linear_before_reset",), n_outputs=None)((_infer, _lower))
-register("rnn", (3, 6), _ATTRS, n_outputs=None)((_infer, _lower))
+register("lstm", (3, 8), _ATTRS + ("input_forget",), n_outputs=None, anchor=True)((_infer, _lower))
+register("gru", (3, 6), _ATTRS + ("linear_before_reset",), n_outputs=None, anchor=True)((_infer, _lower))
+register("rnn", (3, 6), _ATTRS, n_outputs=None, anchor=True)((_infer, _lower))

@@ -85,7 +85,7 @@ def _concat_infer(node, ins):
     return [(ins[0].dtype, tuple(out))]
 
 
-register("concat", (1, 1 << 16), ('axis',))((_concat_infer, lambda node, *xs: (
+register("concat", (1, 1 << 16), ('axis',), formats=("nhwc", "nc1hwc0", "aligned"))((_concat_infer, lambda node, *xs: (
     jnp.concatenate(xs, axis=node.attr("axis", 0)),)))
 
 

@@ -304,4 +304,4 @@ def _attention(node, *arrays):
 
 register("attention", (3, 7), ("roles", "is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode",
                                 "scale", "softcap", "softmax_precision", "left_window_size", "right_window_size"),
-         n_outputs=None)((_attn_infer, _attention))
+         n_outputs=None, anchor=True)((_attn_infer, _attention))

@@ -20,7 +20,7 @@ import json
 import os
 
 from aotplan.core import formats
-from compiler.formats import ELEMENTWISE
+from compiler import ops
 
 CALIBRATION_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "calibration")
 CANDIDATES = ("default", "nhwc", "aligned", "blocked")
@@ -29,7 +29,7 @@ MARGIN = 0.03  # a policy must be predicted 3% faster than default to be chosen
 CLASSES = {
     "conv": ("conv", "conv2d"), "matmul": ("matmul", "gemm"), "pool": ("maxpool", "avgpool"),
     "reduce": ("global_avgpool", "global_maxpool", "softmax", "layernorm", "batchnorm", "lrn"), "concat": ("concat",),
-    "elementwise": tuple(sorted(ELEMENTWISE)),
+    "elementwise": tuple(sorted(ops.ops_where("elementwise"))),  # the ops registered elementwise=True
 }
 _CLASS_OF = {op: c for c, ops_ in CLASSES.items() for op in ops_}
 

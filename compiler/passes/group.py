@@ -2,7 +2,8 @@
 
     kernel   one launch per node
     fused    contiguous runs of the schedule, each holding one "anchor" (a contraction:
-             conv, conv_transpose, matmul, gemm, einsum, lstm, gru, rnn, attention) and the cheap ops around it:
+             conv, conv_transpose, matmul, gemm, einsum, lstm, gru, rnn, attention; an
+             op registered with `anchor=True`) and the cheap ops around it:
              conv + bias + activation + pool, matmul + add + reshape + transpose, matmul + scale +
              softmax. Leading cheap ops join the first anchor's group. A group whose
              work is below MIN_GROUP_FLOPS also takes the next anchor: a fused launch
@@ -38,9 +39,8 @@ import math
 import numpy as np
 
 from aotplan.core import dtypes
+from compiler import ops
 
-ANCHORS = frozenset({"conv", "conv2d", "conv_transpose", "matmul", "gemm", "einsum", "lstm", "gru", "rnn",
-                     "attention"})
 MODES = ("sink", "fused", "kernel")
 # Measured (fused step / sink step, fused launches; 2-core CPU, jax 0.10.2) at 2M, 50M,
 # 100M, 200M: squeezenet 1.28 (26), 1.13 (9), 1.10 (5), 0.94 (3); inception_v1 1.40 (57),
@@ -93,7 +93,7 @@ def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None, lookahead
     cross = _crossing(order, sizes)
     narrowest = _Narrowest(cross)
     work = list(itertools.accumulate((flops(n, info) for n in order), initial=0))  # work[p]: before p
-    anchors = [i for i, n in enumerate(order) if n.op in ANCHORS]
+    anchors = [i for i, n in enumerate(order) if _is_anchor(n)]
     anchor_work = [work[a] for a in anchors]
     budget = lookahead * min_flops
     groups, start = [], 0
@@ -116,6 +116,11 @@ def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None, lookahead
     return tuple(groups)
 
 
+def _is_anchor(node):
+    op = ops.get(node.op)
+    return op is not None and op.anchor
+
+
 def _cut(g, cuts):
     at = [0] + [i for i, n in enumerate(g) if i and n.name in cuts] + [len(g)]
     return [g[a:b] for a, b in zip(at, at[1:])]
@@ -127,7 +132,7 @@ def split_point(order, g, sizes):
     latest on ties), or None if it holds fewer than two. The compiler splits the group
     with the plan's largest workspace here, and keeps the split only if the step's
     device memory drops (pipeline.compile_graph)."""
-    anchors = [i for i, n in enumerate(g) if n.op in ANCHORS]
+    anchors = [i for i, n in enumerate(g) if _is_anchor(n)]
     if len(anchors) < 2:
         return None
     cross = _crossing(order, sizes)

@@ -9,14 +9,14 @@ A policy names the format activations should take (`--format-policy`):
     auto      per model, the policy the target's calibrated cost model says is fastest
               (passes/format_cost.py)
 
-Each node runs in the policy's format when its op has a lowering for it and its
-shapes fit (`supports`), otherwise in `default`. A node running in format F reads its
-activation inputs in F and its parameter inputs (weights, scales, biases, constants)
-in `default`; it writes its outputs in F. Where a consumer needs a tensor in another
-format than its producer wrote, a `transdata` node converts it (one per tensor and
-format, shared by every consumer that needs it). Graph inputs and constants are
-`default`; a graph output made in F gets a conversion back, so the executor exchanges
-logical arrays only.
+Each node runs in the policy's format when its op has a lowering for it (the op's
+`formats`, declared where it is registered) and its shapes fit (`supports`), otherwise
+in `default`. A node running in format F reads its activation inputs in F and its
+parameter inputs (weights, scales, biases, constants) in `default`; it writes its
+outputs in F. Where a consumer needs a tensor in another format than its producer
+wrote, a `transdata` node converts it (one per tensor and format, shared by every
+consumer that needs it). Graph inputs and constants are `default`; a graph output made
+in F gets a conversion back, so the executor exchanges logical arrays only.
 
 A node's format is its attribute `format` (absent: default); the kernels lower it by
 compiler/formats.py. Under `aligned`, a tensor whose innermost dimension is already a
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from aotplan.core import formats
 from aotplan.core.errors import ModelError
 from aotplan.core.graph import Node, TensorInfo
-from compiler.formats import ELEMENTWISE, SUPPORTED, device_axis
+from compiler import ops
+from compiler.formats import device_axis
 
 POLICIES = ("default", "nhwc", "aligned", "blocked", "auto")
 FAMILY = {"nhwc": "nhwc", "aligned": "aligned", "blocked": "nc1hwc0"}
@@ -54,7 +55,7 @@ def policy_format(policy, dtype, target="cpu"):
 
 
 def _activation_positions(node, consts):
-    if node.op in ELEMENTWISE or node.op == "concat":
+    if ops.get(node.op).elementwise or node.op == "concat":
         return tuple(j for j, i in enumerate(node.inputs) if i not in consts)
     return (0,)
 
@@ -72,7 +73,8 @@ def _compatible(fam, shape, out):
 def supports(node, fmt, info, consts):
     """Whether `node` can run in `fmt` (its op has a lowering and its shapes fit)."""
     fam, _ = formats.parse(fmt)
-    if node.op not in SUPPORTED.get(fam, ()) or len(node.outputs) != 1:
+    opdef = ops.get(node.op)
+    if opdef is None or fam not in opdef.formats or len(node.outputs) != 1:
         return False
     out = info[node.outputs[0]].shape
     if 0 in out or not formats.accepts(fmt, len(out)):
@@ -92,7 +94,7 @@ def supports(node, fmt, info, consts):
     ins = [info[node.inputs[j]].shape for j in act]
     rank = len(out)
     op = node.op
-    if op in ELEMENTWISE:
+    if opdef.elementwise:
         return all(_compatible(fam, s, out) for s in ins)
     if op == "concat":
         return len(act) == len(node.inputs) and device_axis(fmt, node.attr("axis", 0), rank) is not None

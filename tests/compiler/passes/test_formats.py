@@ -242,10 +242,12 @@ def test_padding_is_zero_after_every_launch(model, policy):
 def test_padding_check_catches_an_unmasked_op(monkeypatch):
     """The padding check can fail: claim sigmoid keeps zeros (sigmoid(0) = 0.5) and the
     kernel that skips the mask is caught."""
-    from compiler import formats as cf
+    import dataclasses
+
+    from compiler import ops
     from conftest import compile_and_load
 
-    monkeypatch.setattr(cf, "ZERO_PRESERVING", cf.ZERO_PRESERVING | {"sigmoid"})
+    monkeypatch.setitem(ops.OPS, "sigmoid", dataclasses.replace(ops.get("sigmoid"), zero_preserving=True))
     g = _odd_cnn()
     plan, sess = compile_and_load(g, launch="kernel", format_policy="blocked")
     feeds = {"x": np.ones((2, 3, 12, 10), np.float32)}
