@@ -2,8 +2,7 @@
 at compile time: depthwise convolutions as sums of shifted slices, and convolutions
 in row bands where that lowers a kernel's workspace."""
 
-import contextlib
-import contextvars
+import dataclasses
 import itertools
 import math
 
@@ -63,10 +62,10 @@ def conv_lowered(node, x, w, b=None, logical=None, channels_last=False):
     conv = lambda x, pads: lax.conv_general_dilated(  # noqa: E731
         x, w, window_strides=s, padding=pads, rhs_dilation=d, feature_group_count=node.attr("group", 1),
         dimension_numbers=dn)
-    if _DEPTHWISE_TAPS.get() and is_depthwise(node, x, w, k, channels_last):
+    if node.attr(DEPTHWISE_TAPS, False) and is_depthwise(node, x, w, k, channels_last):
         conv = lambda x, pads: _depthwise_taps(x, w, s, d, pads, k, channels_last,  # noqa: E731
                                                node.attr("weight_layout", "OIS") == "SIO")
-    bands = _CONV_BANDS.get().get(node.name, 1)
+    bands = node.attr(CONV_BANDS, 1)
     y = _in_bands(conv, x, k[0], s[0], d[0], pads, 1 if channels_last else 2, bands) if bands > 1 else conv(x, pads)
     if b is not None:
         y = y + (b if channels_last else b.reshape((1, -1) + (1,) * nd))
@@ -77,24 +76,27 @@ def _conv(node, x, w, b=None):
     return (conv_lowered(node, x, w, b),)
 
 
-# Depthwise convolutions as sums of shifted slices (below): set by the lowering for
-# CPU targets (compiler/passes/lower.py); the reference evaluation keeps lax.conv.
-_DEPTHWISE_TAPS = contextvars.ContextVar("depthwise_taps", default=False)
+# How the lowering computes a convolution, chosen at compile time and written on the
+# node the kernel is traced from (compiler/passes/lower.py, `with_strategy`): never in
+# a model (they are not among CONV_ATTRS), never in kernel-sharing keys (the strategy
+# follows from the launch's key and the plan's targets). The reference evaluation
+# traces the model's own nodes: lax.conv, one band.
+# Depthwise convolutions as sums of shifted slices (below), for CPU targets.
+DEPTHWISE_TAPS = "_depthwise_taps"
 MAX_DEPTHWISE_TAPS = 64  # kernel taps (3x3: 9, ConvNeXt's 7x7: 49, a conformer's 1-D 31)
+# Convolutions in row bands: how many (where a launch's workspace sets the plan's).
+CONV_BANDS = "_conv_bands"
 
 
-@contextlib.contextmanager
-def _setting(var, value):
-    """`var` holds `value` inside the block (the lowering's per-kernel settings)."""
-    token = var.set(value)
-    try:
-        yield
-    finally:
-        var.reset(token)
-
-
-def depthwise_taps(on):
-    return _setting(_DEPTHWISE_TAPS, bool(on))
+def with_strategy(node, bands=1, depthwise_taps=False):
+    """`node` (a conv) annotated with the lowering's choices for it: `bands` row bands
+    (1: one convolution) and `depthwise_taps` (a depthwise convolution as taps)."""
+    extra = ((CONV_BANDS, int(bands)),) if bands > 1 else ()
+    extra += ((DEPTHWISE_TAPS, True),) if depthwise_taps else ()
+    if not extra:
+        return node
+    keep = tuple((k, v) for k, v in node.attrs if k not in (CONV_BANDS, DEPTHWISE_TAPS))
+    return dataclasses.replace(node, attrs=tuple(sorted(keep + extra)))
 
 
 def is_depthwise(node, x, w, k, channels_last):
@@ -134,15 +136,6 @@ def _depthwise_taps(x, w, s, d, pads, k, channels_last, sio):
         term = lax.slice(xp, start, limit, step) * wt
         acc = term if acc is None else acc + term
     return acc
-
-
-# Convolutions lowered in row bands (node name -> bands), set by the lowering while it
-# traces a kernel (compiler/passes/lower.py: where a launch's workspace sets the plan's).
-_CONV_BANDS = contextvars.ContextVar("conv_bands", default={})
-
-
-def conv_bands(bands):
-    return _setting(_CONV_BANDS, dict(bands))
 
 
 def _in_bands(conv, x, k, s, d, pads, axis, bands):

@@ -69,6 +69,9 @@ def _dev(t):
     return formats.device_shape(t.shape, t.format)
 
 
+CONV_OPS = ("conv", "conv2d")  # the ops lowered by ops/conv.py's conv_lowered (bands, taps)
+
+
 def _word(offset):
     return offset // formats.WORD_BYTES
 
@@ -231,7 +234,7 @@ def _band_widest(kernels, first, groups, info, lower_group, floor=MIN_REFINED_WO
                 continue
             bands = dict(tried[k])
             for n in groups[first[k]]:
-                if n.op not in ("conv", "conv2d") or len(info[n.inputs[0]].shape) < 3:
+                if n.op not in CONV_OPS or len(info[n.inputs[0]].shape) < 3:
                     continue
                 x, y = info[n.inputs[0]], info[n.outputs[0]]
                 size = formats.nbytes(x.shape, x.dtype) + formats.nbytes(y.shape, y.dtype)
@@ -309,7 +312,11 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
         """-> (a function that returns the LoweredKernel of launch s's group once XLA
         has compiled it, whether the kernel takes its offsets at run time); its
         convolutions in `bands` (name -> bands)."""
-        group = groups[s]
+        # the convolutions annotated with how to lower them (the keys above are the
+        # model's nodes': the strategy follows from them and the targets)
+        taps = set(export.targets) == {"cpu"}
+        group = tuple(conv.with_strategy(n, (bands or {}).get(n.name, 1), taps) if n.op in CONV_OPS else n
+                      for n in groups[s])
         reads, writes = liveness.steps[s]
         takes_feeds, gives_outputs = ends[s]
         dynamic = reuse and not sink and uses[keys[s]] > 1 and not (takes_feeds or gives_outputs)
@@ -321,8 +328,7 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
         if dynamic:
             specs.append(jax.ShapeDtypeStruct((n_off,), jnp.int32))
         specs += [_spec(recs[t]) for t in feeds]
-        with conv.conv_bands(bands or {}), conv.depthwise_taps(set(export.targets) == {"cpu"}):
-            compiled = export(name, fn, specs)
+        compiled = export(name, fn, specs)
 
         def kernel():
             blob, temp, alias, nat, moves = compiled()

@@ -36,8 +36,8 @@ def test_banded_convolution_equals_the_whole_one(nd, channels_last):
         xs = jnp.asarray(np.moveaxis(x, 1, -1) if channels_last else x)
         want = conv.conv_lowered(node, xs, jnp.asarray(w), logical=x, channels_last=channels_last)
         for bands in (3, 16):
-            with conv.conv_bands({"c": bands}):
-                got = conv.conv_lowered(node, xs, jnp.asarray(w), logical=x, channels_last=channels_last)
+            got = conv.conv_lowered(conv.with_strategy(node, bands=bands), xs, jnp.asarray(w), logical=x,
+                                    channels_last=channels_last)
             assert got.shape == want.shape
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
             cases += 1

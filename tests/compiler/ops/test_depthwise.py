@@ -41,9 +41,9 @@ def test_taps_equal_lax_conv(shape, k, attrs, channels_last, sio):
     xv = np.moveaxis(x, 1, -1) if channels_last else x
     kw = {"logical": types.SimpleNamespace(shape=shape), "channels_last": True} if channels_last else {}
     want = conv.conv_lowered(node, jnp.asarray(xv), jnp.asarray(wv), jnp.asarray(b), **kw)
-    with conv.depthwise_taps(True):
-        assert conv.is_depthwise(node, jnp.asarray(xv), jnp.asarray(wv), k, channels_last)
-        got = conv.conv_lowered(node, jnp.asarray(xv), jnp.asarray(wv), jnp.asarray(b), **kw)
+    assert conv.is_depthwise(node, jnp.asarray(xv), jnp.asarray(wv), k, channels_last)
+    got = conv.conv_lowered(conv.with_strategy(node, depthwise_taps=True), jnp.asarray(xv), jnp.asarray(wv),
+                            jnp.asarray(b), **kw)
     assert got.shape == want.shape
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
