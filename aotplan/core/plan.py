@@ -1,4 +1,4 @@
-"""The plan schema, version 5: what the compiler decided and the executor obeys.
+"""The plan schema (format 6, `codec.FORMAT_VERSION`): what the compiler decided and the executor obeys.
 
 A plan is plain data. `aotplan.core.codec` turns it into bytes field by field;
 `aotplan.core.verify` checks one that came from outside before anything runs.
