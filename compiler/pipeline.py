@@ -14,8 +14,8 @@ from aotplan.core.plan import WEIGHT_PLACEMENTS
 from aotplan.core.errors import ModelError
 from compiler import search
 from compiler.passes import (
-    bn_fold, cse, dce, emit, fold, group, identity, infer, layout, liveness, lower, plan_memory, schedule, validate,
-    views, weight_layout,
+    bn_fold, cse, dce, emit, fold, group, identity, infer, layout, liveness, lower, plan_memory, schedule, unroll,
+    validate, views, weight_layout,
 )
 from aotplan.core import formats, intervals
 
@@ -72,6 +72,7 @@ class Options:
     split_groups: bool = True  # fused: split the widest group where that lowers the step's memory
     jobs: int = 0  # XLA compiles at once while lowering; 0: xla_options.default_jobs() (the plan is the same)
     inline_bytes: int = INLINE_BYTES  # sink/fused, weights in the pool: constants compiled into kernels, at most
+    max_unrolled_nodes: int = unroll.MAX_UNROLLED_NODES  # nodes all of an ONNX model's loops may write, unrolled
 
     def runs(self, name):
         if name == "weight_layout" and self.platforms() != ("cpu",):
@@ -119,7 +120,7 @@ def prepare(graph, options=Options()):
     unknown = sorted(options.disabled - set(CLEANUP_PASSES))
     if unknown:
         raise ModelError(f"unknown pass {unknown[0]!r} (passes: {', '.join(CLEANUP_PASSES)})")
-    graph, stats = fold.run(graph, options.runs("fold"))
+    graph, stats = fold.run(graph, options.runs("fold"), options.max_unrolled_nodes)
     debug.log(1, f"fold: {stats.bound} static inputs bound, {stats.folded} nodes folded into constants")
     for name, p in (("identity", identity), ("bn_fold", bn_fold), ("weight_layout", weight_layout), ("cse", cse),
                     ("dce", dce)):

@@ -18,15 +18,12 @@ def short(value):
 
 
 def check_path(path):
-    """`load`'s `path`: a str or os.PathLike, or PlanError saying what was passed (an
-    int would be opened as a file descriptor: read, then closed under its owner)."""
+    """`load`'s `path` when it is not a plan's bytes: a str or os.PathLike, or PlanError
+    saying what was passed (an int would be opened as a file descriptor: read, then
+    closed under its owner)."""
     if isinstance(path, (str, os.PathLike)):
         return path
-    if isinstance(path, (bytes, bytearray, memoryview)):
-        raise PlanError(f"executor.load takes the path of a plan file, got {type(path).__name__} "
-                        f"({memoryview(path).nbytes} bytes); to load a plan from bytes in memory: plan, trusted = "
-                        f"aotplan.core.codec.decode_checked(data, trust_key); executor.Session(plan, trusted=trusted)")
-    raise PlanError(f"executor.load takes the path of a plan file (str or os.PathLike), got "
+    raise PlanError(f"executor.load takes the path of a plan file (str or os.PathLike) or a plan's bytes, got "
                     f"{type(path).__name__} {short(path)}")
 
 

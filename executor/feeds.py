@@ -7,7 +7,7 @@ import jax
 import numpy as np
 
 from aotplan.core import dtypes
-from aotplan.core.errors import FeedError
+from aotplan.core.errors import FeedError, FeedLimitError, LimitError
 
 # jax's transfer guards (`jax.transfer_guard`): a step checks them itself, so that a
 # numpy feed (or numpy outputs from a GPU) is refused the same way on every call path,
@@ -96,7 +96,10 @@ class FeedCheck:
             ok = a.dtype == dtypes.np_dtype(t.dtype) or (t.dtype == "int64" and a.dtype == np.int32)
             if not ok or tuple(a.shape) != t.shape:
                 raise FeedError(f"input {t.name!r}: expected {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}")
-            args.append(dtypes.to_storage(a, t.dtype, f"input {t.name!r}"))
+            try:
+                args.append(dtypes.to_storage(a, t.dtype, f"input {t.name!r}"))
+            except LimitError as e:  # (a feed's error: FeedError too)
+                raise FeedLimitError(str(e)) from None
         return args
 
     def _device_feed(self, t, a):

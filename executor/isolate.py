@@ -2,8 +2,8 @@
 
 A plan's kernels are programs for XLA, and XLA trusts them: corrupt StableHLO can
 crash XLA itself (a segfault or an abort, not an exception). The digest catches
-corruption in transit, but not a plan that was built broken or crafted. `probe(path)`
-loads the plan in a child Python process: header, signature, decoding, the verifier,
+corruption in transit, but not a plan that was built broken or crafted. `probe(data)`
+loads the plan's bytes in a child Python process: header, signature, decoding, the verifier,
 every kernel deserialized and compiled (or its native executable loaded), the
 constants placed, and one warm-up step on zero inputs. A crash or hang of the child
 becomes a PlanError that names what the child was doing (the kernel it was loading);
@@ -11,8 +11,11 @@ an error in the child is raised here as the same error type.
 
 `aotplan verify PLAN` and `aotplan replay --isolate` use it.
 
-The child is `python -m executor.isolate`; its request comes on stdin as JSON, and it
-answers on stdout, one line per stage ("stage <text>"), then one "result <json>" line.
+The child is `python -m executor.isolate`; its request comes on stdin as one line of
+JSON, then the plan's bytes; it answers on stdout, one line per stage ("stage
+<text>"), then one "result <json>" line. The child gets the very bytes the caller
+checks and then loads (`executor.load` takes bytes): a file swapped between the
+child's read and the parent's would otherwise be served unchecked.
 """
 
 import json
@@ -46,29 +49,42 @@ class ProbeReport:
                 f"in a child process in {self.load_seconds:.2f} s")
 
 
-def probe(path, trust_key=None, require_signature=False, trust_executables=False, timeout=600.0):
-    """Load the plan at `path` in a child process -> ProbeReport, or raise the child's
-    error (PlanError, LimitError, ...) or PlanError for a crash or a hang."""
-    request = {"path": os.path.abspath(path), "trust_key": trust_key.hex() if trust_key else None,
-               "require_signature": bool(require_signature), "trust_executables": bool(trust_executables)}
+def probe(data, trust_key=None, require_signature=False, trust_executables=False, timeout=600.0, name=None,
+          max_memory=None):
+    """Load a plan's bytes (`data`: bytes-like, as `codec.read_bytes` gives them, or a
+    plan file's path, read here once) in a child process -> ProbeReport, or raise the
+    child's error (PlanError, LimitError, ...) or PlanError for a crash or a hang.
+    `name`: what errors call the plan (default: the path, or "<bytes>")."""
+    if isinstance(data, (str, os.PathLike)):
+        from aotplan.core import codec
+
+        name, data = name or os.fspath(data), codec.read_bytes(data)
+    data = memoryview(data).cast("B")
+    name = name or "<bytes>"
+    request = {"size": data.nbytes, "name": name, "trust_key": trust_key.hex() if trust_key else None,
+               "require_signature": bool(require_signature), "trust_executables": bool(trust_executables),
+               "max_memory": max_memory}
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("AOTPLAN_TRUST_KEY", None)  # the request carries the key (or none)
+    child = subprocess.Popen([sys.executable, *_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env)
     try:
-        r = subprocess.run([sys.executable, *_CHILD], input=json.dumps(request), env=env,
-                           capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        stage = _last_stage(e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout)
-        raise PlanError(f"plan {path!r}: loading it in a child process did not finish in {timeout:g} s "
-                        f"(it was {stage})") from None
-    stages = [ln[len(_STAGE):] for ln in r.stdout.splitlines() if ln.startswith(_STAGE)]
-    results = [ln[len(_RESULT):] for ln in r.stdout.splitlines() if ln.startswith(_RESULT)]
-    if r.returncode < 0 or not results:
-        how = _describe_exit(r.returncode)
+        out, err = child.communicate(json.dumps(request).encode() + b"\n" + data, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, _ = child.communicate()
+        raise PlanError(f"plan {name!r}: loading it in a child process did not finish in {timeout:g} s "
+                        f"(it was {_last_stage(out.decode(errors='replace'))})") from None
+    out, err = out.decode(errors="replace"), err.decode(errors="replace")
+    stages = [ln[len(_STAGE):] for ln in out.splitlines() if ln.startswith(_STAGE)]
+    results = [ln[len(_RESULT):] for ln in out.splitlines() if ln.startswith(_RESULT)]
+    if child.returncode < 0 or not results:
+        how = _describe_exit(child.returncode)
         stage = stages[-1] if stages else "starting"
-        tail = _last_line(r.stderr)
-        raise PlanError(f"plan {path!r}: the child process loading it {how} while {stage}"
+        tail = _last_line(err)
+        raise PlanError(f"plan {name!r}: the child process loading it {how} while {stage}"
                         + (f" ({tail})" if tail else "") + ": the plan is not safe to load") from None
     res = json.loads(results[-1])
     if "error" in res:
@@ -104,17 +120,24 @@ def _child():
         sys.stdout.flush()
 
     try:
-        req = json.loads(sys.stdin.read())
+        stdin = sys.stdin.buffer
+        req = json.loads(stdin.readline())
         import executor
         from aotplan.core import codec
         from aotplan.core import kernels
+        from aotplan.core.codec import files
 
         t0 = time.perf_counter()
         key = bytes.fromhex(req["trust_key"]) if req["trust_key"] else None
         say(_STAGE + "reading the plan")
-        plan, trusted = codec.read_checked(req["path"], key, req["require_signature"])
+        data = files.read_into(stdin, files.aligned(req["size"]))  # aligned, as read_bytes reads a file
+        try:
+            plan, trusted = codec.decode_checked(data.toreadonly(), key, req["require_signature"])
+        except errors.PlanError as e:  # named as a file's decoding errors are (`codec.read_checked`)
+            raise files.named(req["name"], e) from None
         session = executor.Session(plan, warmup=True, trusted=trusted or req["trust_executables"],
-                                   progress=lambda what: say(_STAGE + what), jobs=1)  # a crash names its kernel
+                                   progress=lambda what: say(_STAGE + what), jobs=1,  # a crash names its kernel
+                                   max_memory=req["max_memory"])
         say(_STAGE + "giving the native kernels jax's call path")
         session.wait_ready()
         report = dict(kernels=len(session._kernels), kernel_source=session.kernel_source,

@@ -1,13 +1,12 @@
 """A plan's kernels made callable on a device: what each kernel must take and return,
-whether the device can hold the plan, whether the embedded native executables may be
-used, and loading them (native executables deserialized in a worker thread, the others
+whether the embedded native executables may be used, and loading them (native executables deserialized in a worker thread, the others
 compiled from StableHLO several at once)."""
 
 import concurrent.futures
 import dataclasses
 import logging
 
-from aotplan.core import dtypes, formats, kernels, native, xla_options
+from aotplan.core import dtypes, formats, kernel_program, kernels, native, xla_options
 from aotplan.core.errors import PlanError
 from aotplan.core.kernels import check_signature, compile_kernel, load_kernel, lower_kernel
 
@@ -43,25 +42,6 @@ def kernel_roles(plan):
     return wants
 
 
-def check_device_memory(plan, device):
-    """Refuse a plan that cannot fit: stated memory + inputs + outputs against the
-    device's free bytes (where the device reports them: GPUs do, CPUs do not)."""
-    try:
-        stats = device.memory_stats() or {}
-    except Exception:
-        stats = {}
-    if "bytes_limit" not in stats:
-        return
-    free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-    need = plan.memory.step_device_bytes + sum(plan.tensors[i].nbytes for i in plan.inputs + plan.outputs)
-    if need > free:
-        raise PlanError(f"plan needs {need} bytes of device memory (arena {plan.memory.arena_bytes}, "
-                        f"constant pool {plan.memory.constant_pool_bytes}, inline constants "
-                        f"{plan.memory.inline_constant_bytes}, workspace "
-                        f"{plan.memory.max_workspace_bytes}, inputs and outputs), but {device} has "
-                        f"{free} bytes free")
-
-
 def kernel_source(plan, device, trusted):
     """"native" or "stablehlo"; says once why a plan's executables are not used."""
     p = plan.provenance
@@ -92,7 +72,7 @@ class LoadedKernels:
 def load_kernels(plan, wants, device, source, jobs, progress):
     """Every kernel of `wants` (`kernel_roles`) loaded for `device`: its exported program
     read and its signature checked against the plan, then its native executable
-    (`source` "native") or its StableHLO compiled. `jobs`: compiles at once (None: one
+    (`source` "native") or its StableHLO, checked (`kernel_program`), compiled. `jobs`: compiles at once (None: one
     per CPU, `xla_options.default_jobs`)."""
     platform = kernels.export_platform(device.platform)
     n_inputs = len(plan.inputs)
@@ -107,6 +87,7 @@ def load_kernels(plan, wants, device, source, jobs, progress):
     jobs = min(xla_options.default_jobs() if jobs is None else jobs, len(wants) - len(loading))
     pool = concurrent.futures.ThreadPoolExecutor(jobs, "aotplan-xla") if jobs > 1 else None
     compiling = {}
+    value_limit = kernel_program.value_bytes_limit(plan)
     try:
         for ki, (role, takes, returns) in sorted(wants.items()):
             k = plan.kernels[ki]
@@ -133,7 +114,11 @@ def load_kernels(plan, wants, device, source, jobs, progress):
                 loaded.paths[ki] = kernels.NATIVE_PENDING
                 loaded.to_adopt.append((ki, exe, exp, donate))
                 continue
-            lowered = lower_kernel(k.name, exp, donate, platform, device, plan.provenance.jax_version)
+            # its program checked before XLA sees it (a native executable is used only
+            # from a trusted plan: `kernel_source`)
+            module = kernels.read_module(k.name, exp, plan.provenance.jax_version)
+            kernel_program.check(k.name, module, exp, takes, returns, donate, value_limit)
+            lowered = lower_kernel(k.name, exp, donate, platform, device, plan.provenance.jax_version, module)
             if pool:
                 compiling[ki] = pool.submit(compile_kernel, k.name, lowered, platform)
             else:

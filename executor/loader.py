@@ -4,18 +4,20 @@ before the file is read."""
 import os
 
 from aotplan.core import codec
-from executor import arguments, process
+from executor import arguments, memory_limits, process
 from executor.session import Session
+
+_BYTES = (bytes, bytearray, memoryview)
 
 
 def load(path, device=None, warmup=True, trust_key=None, require_signature=False, trust_executables=False,
-         cache_dir=None, progress=None, jobs=None):
+         cache_dir=None, progress=None, jobs=None, max_memory=None):
     """Read, verify and load a plan file -> Session.
 
-    path: the plan file's path (str or os.PathLike). Anything else is refused with a
-        PlanError (an int would be taken as a file descriptor); to load a plan from
-        bytes in memory, `aotplan.core.codec.decode_checked(data, trust_key)` -> (plan,
-        trusted), then `Session(plan, trusted=trusted)`.
+    path: the plan file's path (str or os.PathLike), or the plan's bytes (bytes,
+        bytearray or memoryview: as onnxruntime's InferenceSession takes either; a
+        caller that checked a plan's bytes loads those very bytes). Anything else is
+        refused with a PlanError (an int would be taken as a file descriptor).
     device: a jax Device, a platform name ("cpu", "gpu", "cuda", ...: its first device;
         "cpu:1": its second) or None (the first device). Every kernel is compiled for it
         and the arena, the constants and the outputs live on it; see
@@ -28,15 +30,17 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     trust_executables: use the plan's native executables without a signature.
     cache_dir: a persistent XLA compilation cache for kernels compiled from StableHLO
         (default: AOTPLAN_CACHE_DIR, if set). It is JAX's process-wide cache setting.
-    See `Session` for `warmup`, `progress` and `jobs`. The arguments are checked before
-    the file is read; a wrong one is a PlanError naming it.
+    See `Session` for `warmup`, `progress`, `jobs` and `max_memory`. The arguments are
+    checked before the file is read; a wrong one is a PlanError naming it.
     """
     process.check_not_forked("executor.load")
-    path = arguments.check_path(path)
+    if not isinstance(path, _BYTES):
+        path = arguments.check_path(path)
     for flag, value in (("warmup", warmup), ("require_signature", require_signature),
                         ("trust_executables", trust_executables)):
         arguments.check_flag("executor.load", flag, value)
     jobs = arguments.check_jobs("executor.load", jobs)
+    memory_limits.check_max_memory("executor.load", max_memory)
     arguments.check_progress(progress, "executor.load")
     if cache_dir is not None:
         process.check_cache_dir(cache_dir, "executor.load")
@@ -45,6 +49,9 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
     if cache_dir:
         process.enable_cache(cache_dir, device)
-    plan, trusted = codec.read_checked(path, trust_key, require_signature)
+    if isinstance(path, _BYTES):
+        plan, trusted = codec.decode_checked(path, trust_key, require_signature)
+    else:
+        plan, trusted = codec.read_checked(path, trust_key, require_signature)
     return Session(plan, device=device, warmup=warmup, trusted=trusted or trust_executables, progress=progress,
-                   jobs=jobs)
+                   jobs=jobs, max_memory=max_memory)

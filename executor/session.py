@@ -27,7 +27,7 @@ from aotplan.core.errors import FeedError, ForkError, PlanError
 from aotplan.core.kernels import adopt
 from aotplan.core.plan import Plan
 from executor import feeds as feed_checks
-from executor import kernel_loader, process
+from executor import kernel_loader, memory_limits, process
 from executor.arguments import check_progress, resolve_device, short
 
 log = logging.getLogger("aotplan")
@@ -55,6 +55,12 @@ class Session:
     `jobs`: XLA compiles to run at once for the kernels compiled from StableHLO (they
     release the GIL; default `aotplan.core.xla_options.default_jobs()`, one per CPU, at most
     8). `aotplan verify`'s child compiles one at a time, so a crash names its kernel.
+    `max_memory`: bytes of device memory this plan may take at most (None: what the
+    device has free; on a CPU, most of the host's available memory:
+    `memory_limits`), checked against what the plan states before anything is
+    allocated and against its compiled kernels' workspace before the arena is; a
+    plan that needs more is a LimitError naming the figures. `workspace_bytes`: the
+    largest workspace of the kernels as compiled here.
     `device`: a jax Device, a platform name or None, as `load` takes it
     (`resolve_device`); checked before anything else. The kernels are compiled for it
     (native executables are loaded onto it) and the arena, the constants, the offset
@@ -67,11 +73,11 @@ class Session:
     `plan`: the verified plan. On a device whose memory is not the host's (a GPU), its
     `constants` are dropped once placed, so the host does not keep the weights too."""
 
-    def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None, jobs=None):
+    def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None, jobs=None, max_memory=None):
         with jax.transfer_guard("allow"):  # (the load's own transfers)
-            self._load(plan, device, warmup, trusted, progress, jobs)
+            self._load(plan, device, warmup, trusted, progress, jobs, max_memory)
 
-    def _load(self, plan, device, warmup, trusted, progress, jobs):
+    def _load(self, plan, device, warmup, trusted, progress, jobs, max_memory):
         t0 = time.perf_counter()
         process.check_not_forked("Session")
         self._pid, self._forks = os.getpid(), process.forks
@@ -81,6 +87,7 @@ class Session:
             raise PlanError(f"Session takes a decoded plan (aotplan.core.plan.Plan), got {type(plan).__name__}: "
                             f"executor.load(path) loads a plan file")
         check_progress(progress, "Session")
+        memory_limits.check_max_memory("Session", max_memory)
         progress = progress or (lambda what: None)
         self._lock = threading.Lock()
         self._adopting_here = threading.Lock()  # (wait_ready, where no thread can adopt)
@@ -94,9 +101,14 @@ class Session:
         # outputs whose storage dtype is their logical one read back as they are
         self._outputs_as_stored = all(dtypes.storage_dtype(t.dtype) == t.dtype for t in self._outputs)
         wants = kernel_loader.kernel_roles(plan)
-        kernel_loader.check_device_memory(plan, self.device)
+        allowed, where = memory_limits.limit(self.device, max_memory)
+        memory_limits.check_stated(plan, allowed, where)
         self.kernel_source = kernel_loader.kernel_source(plan, self.device, trusted)
         loaded = kernel_loader.load_kernels(plan, wants, self.device, self.kernel_source, jobs, progress)
+        # the workspace XLA says the kernels compiled here need (a kernel may want more
+        # than the plan states), checked before the arena and the constants are placed
+        self.workspace_bytes, widest = memory_limits.compiled_workspace(plan, loaded.callables, loaded.paths)
+        memory_limits.check_compiled(plan, self.workspace_bytes, widest, allowed, where)
         # {kernel name: how it was loaded}: kernels.COMPILED (its StableHLO compiled as
         # it is) or kernels.NATIVE (its embedded executable) on the fast paths, or a
         # slower one (`kernels.paths_note` says which)

@@ -348,21 +348,32 @@ _DUMP_FILE = re.compile(r"^\d{4,}_[A-Za-z0-9._-]+\.npy$")
 _DUMP_TEMP = ".aotplan-dump-"
 
 
+def _listed(directory):
+    """The files an earlier dump in `directory` wrote, as its index.json lists them
+    (index.json among them), or None where there is no valid index."""
+    try:
+        with open(os.path.join(directory, DUMP_INDEX)) as f:
+            index = json.load(f)
+        if index.get("format") != DUMP_FORMAT:
+            return None
+        files = {row["file"] for row in index["tensors"]}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return None
+    return {f for f in files if isinstance(f, str) and _DUMP_FILE.match(f)} | {DUMP_INDEX}
+
+
 def _foreign(directory, names):
-    """The entries of `directory` (`names`) that are not an earlier dump's: its
-    index.json, its NNNN_*.npy files and temp folders a killed dump left. Without a
-    valid index, every file is foreign."""
+    """The entries of `directory` (`names`) that are not an earlier dump's: the files its
+    index.json lists, the index itself and temp folders a killed dump left. A file
+    named like a dump's but not listed (a user's 0005_probs_expected.npy) is foreign.
+    Without a valid index, every file is foreign."""
     rest = sorted(n for n in names if not n.startswith(_DUMP_TEMP))
     if not rest:
         return []
-    try:
-        with open(os.path.join(directory, DUMP_INDEX)) as f:
-            ours = json.load(f).get("format") == DUMP_FORMAT
-    except (OSError, ValueError, AttributeError):
-        ours = False
-    if not ours:  # the files that are plainly not a dump's first
+    listed = _listed(directory)
+    if listed is None:  # the files that are plainly not a dump's first
         return sorted(rest, key=lambda n: (n == DUMP_INDEX or bool(_DUMP_FILE.match(n)), n))
-    return [n for n in rest if n != DUMP_INDEX and not _DUMP_FILE.match(n)]
+    return [n for n in rest if n not in listed]
 
 
 def check_dump_folder(directory, keep=()):
@@ -456,9 +467,10 @@ def dump(session, feeds, directory, keep=()):
             json.dump(index, f, indent=1)
         fileio.before_commit()
         if existed:  # replace the earlier dump (check_dump_folder: only its files are there)
+            listed = _listed(directory) or set()
             for name in os.listdir(directory):
                 path = os.path.join(directory, name)
-                if name == DUMP_INDEX or _DUMP_FILE.match(name):
+                if name in listed:  # what the earlier dump's index says it wrote, and nothing else
                     os.unlink(path)
                 elif name.startswith(_DUMP_TEMP) and path != work:
                     shutil.rmtree(path, ignore_errors=True)

@@ -4,11 +4,17 @@ anything else. The mutators live in tests/fuzz/plan_mutators.py (the CI run,
 tests/fuzz/test_plan_fuzz.py, uses the same ones with fixed seeds).
 
     python scripts/fuzz_plans.py --cases 20000 [--seed 1] [--family bytes] [--show 5] [--save-bad DIR]
+    python scripts/fuzz_plans.py --kernels --cases 20000 [--seed 1] [--show 5]
 
 Prints the outcome counts per family and mutator, the PlanError/other exception
 types, the slowest cases; exits 1 if any case ended badly (another exception, a
 plan that had to be refused but verified, a message that names the wrong thing, a
 case slower than one second).
+
+With --kernels: the kernels' programs are mutated instead (tests/fuzz/kernel_mutators.py)
+and each case is loaded by the executor in a child process and run one step: it must
+run or be refused with an AotplanError; a crash, a hang (60 s) or another exception is
+bad. About 10 cases a second here.
 """
 
 import argparse
@@ -18,7 +24,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "fuzz"))
+sys.path[:0] = [os.path.join(ROOT, "tests", "fuzz"), os.path.join(ROOT, "tests")]
 
 import plan_mutators as pm  # noqa: E402
 
@@ -30,7 +36,10 @@ def main(argv=None):
     ap.add_argument("--family", choices=pm.FAMILIES, action="append", help="only these families (default all)")
     ap.add_argument("--show", type=int, default=5, help="bad cases to print per kind (default 5)")
     ap.add_argument("--save-bad", metavar="DIR", help="write each bad case's plan file here")
+    ap.add_argument("--kernels", action="store_true", help="mutate the kernels' programs and load and run each case")
     a = ap.parse_args(argv)
+    if a.kernels:
+        return kernels(a)
     families = a.family or list(pm.FAMILIES)
     seeds = pm.seeds()
     outcomes = collections.Counter()
@@ -80,6 +89,31 @@ def main(argv=None):
                 print(f"      case {i} on {seed_name} {case.label()}: {detail}")
         return 1
     print("\nno bad cases: every mutated plan was refused with a PlanError, or was harmless and verified")
+    return 0
+
+
+def kernels(a):
+    import kernel_mutators as km
+
+    t0 = time.perf_counter()
+    per_mutator = collections.defaultdict(collections.Counter)
+    bad = []
+    for i, mutator, outcome, detail in km.campaign(a.seed, a.cases):
+        per_mutator[mutator][outcome.split()[0] if outcome.startswith("BAD") else outcome] += 1
+        if outcome.startswith("BAD"):
+            bad.append(f"case {i} ({mutator}): {outcome}: {detail}")
+    elapsed = time.perf_counter() - t0
+    print(f"{a.cases} kernel-program cases (seed {a.seed}) in {elapsed:.1f} s, {elapsed / max(a.cases, 1):.3f} s per "
+          f"case")
+    print("\nper mutator (ran / refused / BAD):")
+    for mut, c in sorted(per_mutator.items()):
+        print(f"  {mut:20s} {c['ran']:6d} {c['refused']:6d} {c['BAD']:6d}")
+    if bad:
+        print(f"\n{len(bad)} BAD cases:")
+        for line in bad[:a.show]:
+            print(f"  {line}")
+        return 1
+    print("\nno bad cases: every mutated kernel program ran or was refused with one error")
     return 0
 
 

@@ -121,6 +121,33 @@ def trust_options(fn):
     return fn
 
 
+class ByteSize(click.ParamType):
+    """A size in bytes: a number, or one with a binary unit (512M, 8G, 2GiB, 1.5T)."""
+
+    name = "size"
+    UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower().removesuffix("ib").removesuffix("b")
+        number, unit = (text[:-1], text[-1]) if text and text[-1] in self.UNITS else (text, "")
+        try:
+            size = float(number) * self.UNITS[unit]
+        except ValueError:
+            self.fail(f"{value!r} is not a size (a number of bytes, or one with K, M, G or T: 512M, 8G)", param, ctx)
+        if not np.isfinite(size) or size < 1:
+            self.fail(f"{value!r} is not a positive size", param, ctx)
+        return int(size)
+
+
+def memory_option(fn):
+    return click.option("--max-memory", type=ByteSize(), metavar="SIZE",
+                        help="Refuse a plan that would take more device memory than SIZE (512M, 8G, ...): what it "
+                             "states, and what its kernels need once compiled here. Default: what the device has "
+                             "free; on a CPU, 90% of the host's available memory.")(fn)
+
+
 def finite(param, value):
     """FloatRange lets NaN and inf through (no comparison with them is true)."""
     if not np.isfinite(value):

@@ -10,7 +10,7 @@ import numpy as np
 from aotplan.core.errors import AotplanError
 from aotplan.cli.app import Path, handle_errors, main, trust_options
 from aotplan.cli.feeds import session_feeds
-from aotplan.cli.models import INPUT_SHAPE_HELP, load_model
+from aotplan.cli.models import INPUT_SHAPE_HELP, OUTSIDE_WEIGHTS_HELP, load_model
 from aotplan.cli.text import plural
 
 
@@ -37,10 +37,11 @@ def _tolerance(param, value):
 @click.option("--atol", type=float, default=None, callback=lambda c, p, v: _tolerance(p, v),
               help="Absolute tolerance (default by dtype: float32 1e-5, "
                                                        "float16 1e-2, bfloat16 2e-2; integers exact).")
+@click.option("--allow-outside-weights", is_flag=True, help=OUTSIDE_WEIGHTS_HELP)
 @trust_options
 @handle_errors
-def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, trust_key, require_signature,
-          trust_executables, cache_dir):
+def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allow_outside_weights, trust_key,
+          require_signature, trust_executables, cache_dir):
     """Replay PLAN launch by launch beside a direct evaluation of MODEL; name the first
     launch whose output differs beyond tolerance. Exits 1 if any does.
 
@@ -61,7 +62,7 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, trus
 
     key = codec.read_key(trust_key) if trust_key else codec.env_key()
     plan, trusted = codec.read_checked(plan_path, key, require_signature)
-    graph, digest = load_model(model, input_shapes, frozen)
+    graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights)
     if digest != plan.provenance.model_digest:
         raise AotplanError(_not_compiled_from(plan, plan_path, graph, model, digest, frozen))
     opts = pipeline.Options(planner=plan.planner, weights=plan.weights, launch="kernel",

@@ -10,7 +10,7 @@ from aotplan.core import fileio
 from aotplan.core.errors import AotplanError
 from aotplan.cli.app import Path, handle_errors, main
 from aotplan.cli.files import refuse_overwriting_inputs, refuse_unwritable
-from aotplan.cli.models import FREEZE_HELP, INPUT_SHAPE_HELP, load_model
+from aotplan.cli.models import FREEZE_HELP, INPUT_SHAPE_HELP, OUTSIDE_WEIGHTS_HELP, load_model
 from aotplan.cli.text import fmt_bytes, plural
 
 
@@ -95,6 +95,10 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
 @click.option("--jobs", type=click.IntRange(min=0), default=0, metavar="N",
               help="XLA compiles to run at once while lowering the launches (default 0: one per CPU this process "
                    "may use, at most 8). The plan is the same for any N.")
+@click.option("--allow-outside-weights", is_flag=True, help=OUTSIDE_WEIGHTS_HELP)
+@click.option("--max-unrolled-nodes", type=click.IntRange(min=0), default=None, metavar="N",
+              help="ONNX Loop and Scan are unrolled at compile time: the nodes all of a model's loops may write "
+                   "together (default 200000; a larger model of loops takes longer and more memory to compile).")
 @click.option("--no-kernel-reuse", is_flag=True, hidden=True,
               help="Give every launch its own kernel with fixed offsets (default: launches that are the same "
                    "computation share one kernel and take their offsets at run time).")
@@ -115,7 +119,8 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
 @handle_errors
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, disabled_opts, launch,
                 fuse_min_flops, no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement,
-                schedule, format_policy, no_conv_bands, jobs, inline_bytes):
+                schedule, format_policy, no_conv_bands, jobs, inline_bytes, allow_outside_weights,
+                max_unrolled_nodes):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     off = set(disabled_opts)
     if "placement" in off and placement == "always":
@@ -142,7 +147,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                             schedule=schedule, format_policy=format_policy, conv_bands=not no_conv_bands, jobs=jobs,
                             targets={"host": (), "both": ("cpu", "cuda")}.get(target, (target,)),
                             **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}),
-                            **({"inline_bytes": inline_bytes} if inline_bytes is not None else {}))
+                            **({"inline_bytes": inline_bytes} if inline_bytes is not None else {}),
+                            **({"max_unrolled_nodes": max_unrolled_nodes} if max_unrolled_nodes is not None else {}))
     key = codec.read_key(sign_key) if sign_key else None
     given = {"--no-views": no_views, "--placement": placement != "auto", "--schedule": schedule != "memory",
              "--no-conv-bands": no_conv_bands, "--fuse-min-flops": fuse_min_flops is not None,
@@ -168,7 +174,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     else:
         refuse_unwritable(".", "the plan in the current folder (no -o given)", folder=True)
     try:
-        graph, digest = load_model(model, input_shapes, frozen)
+        graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights)
         res = pipeline.compile_graph(graph, digest, opts, progress=lambda k: "b" in bar and bar["b"].update(k),
                                      on_start=on_start)
     finally:

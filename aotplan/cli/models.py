@@ -23,10 +23,11 @@ def parse_shapes(specs):
     return shapes
 
 
-def load_model(model, input_shapes, frozen=()):
+def load_model(model, input_shapes, frozen=(), allow_outside_weights=False):
     """model.json or .onnx -> (Graph, digest), with the --freeze-input values (`frozen`:
     NAME=FILE.npy specs) made constants (an ONNX model's declared outputs are checked
-    after that, when every shape is known)."""
+    after that, when every shape is known). `allow_outside_weights`: a model.json's
+    weights file may lie outside its folder."""
     from aotplan.core import model_json
 
     if model.lower().endswith(".onnx"):
@@ -35,7 +36,7 @@ def load_model(model, input_shapes, frozen=()):
         return onnx_import.load(model, parse_shapes(input_shapes), freeze=freezer(frozen))
     if input_shapes:
         raise AotplanError("--input-shape applies to ONNX models; model.json shapes are already static")
-    graph, digest = model_json.load(model)
+    graph, digest = model_json.load(model, allow_outside_weights)
     if frozen:
         graph = freezer(frozen)(graph)
         digest = model_json.graph_digest(graph)
@@ -57,6 +58,11 @@ def freezer(frozen):
 
 FREEZE_HELP = ("Make a graph input a constant with these values (repeatable). Needed for inputs that decide "
                 "shapes, such as an ONNX Reshape's shape fed as a graph input: plans have static shapes.")
+
+
+OUTSIDE_WEIGHTS_HELP = ("Read a model.json's weights file even where it lies outside the model's folder (an "
+                        "absolute path, '..', or a symbolic link leading out): by default it must lie beside "
+                        "model.json or below it.")
 
 
 INPUT_SHAPE_HELP = "For ONNX models: fix an input's shape, e.g. --input-shape input=1,3,224,224 (repeatable)."

@@ -10,7 +10,7 @@ import numpy as np
 
 from aotplan.core import fileio
 from aotplan.core.errors import AotplanError
-from aotplan.cli.app import Path, handle_errors, main, trust_options
+from aotplan.cli.app import Path, handle_errors, main, memory_option, trust_options
 from aotplan.cli.feeds import input_paths, session_feeds
 from aotplan.cli.files import refuse_unwritable
 from aotplan.cli.text import fmt_bytes, plural, preview
@@ -52,19 +52,24 @@ class StepTimes:
 
 
 def load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir, warmup=True,
-                  isolate=False):
+                  isolate=False, max_memory=None):
     import executor
     from aotplan.core import codec
 
+    key = codec.read_key(trust_key) if trust_key else None
+    source = plan_path
     if isolate:
         from executor import isolate as iso
 
-        report = iso.probe(plan_path, codec.read_key(trust_key) if trust_key else None, require_signature,
-                           trust_executables)
+        # read once: the child checks these bytes and this process loads them (a file
+        # swapped in between is never served)
+        source = codec.read_bytes(plan_path)
+        report = iso.probe(source, key or codec.env_key(), require_signature, trust_executables, name=plan_path,
+                           max_memory=max_memory)
         click.echo(f"plan {plan_path}: checked in a child process: {report.line()}")
-    session = executor.load(plan_path, trust_key=codec.read_key(trust_key) if trust_key else None,
-                            require_signature=require_signature, trust_executables=trust_executables,
-                            cache_dir=cache_dir, warmup=warmup)
+    session = executor.load(source, trust_key=key, require_signature=require_signature,
+                            trust_executables=trust_executables, cache_dir=cache_dir, warmup=warmup,
+                            max_memory=max_memory)
     session.wait_ready()  # every kernel on its final call path before the steps it times
     return session
 
@@ -96,10 +101,11 @@ def load_session(plan_path, trust_key, require_signature, trust_executables, cac
               help="On a CPU, run each step in this thread (sync) or hand it to JAX's worker thread (async, "
                    "JAX's default). Each step's outputs are read back at once, so async only adds a thread "
                    "hand-off: tens of microseconds, which dominate small models' steps.")
+@memory_option
 @trust_options
 @handle_errors
 def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc, profile, dump_dir, isolate,
-           cpu_dispatch, trust_key, require_signature, trust_executables, cache_dir):
+           cpu_dispatch, max_memory, trust_key, require_signature, trust_executables, cache_dir):
     """Load PLAN, run it STEPS times in place, print its outputs and step times."""
     import executor
 
@@ -126,7 +132,7 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
             raise AotplanError(f"--output {out_path!r} is, or lies in, the --dump folder {dump_dir!r}, which holds "
                                f"the dump alone: write the outputs elsewhere")
     session = load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
-                            isolate=isolate)
+                            isolate=isolate, max_memory=max_memory)
     feeds = session_feeds(session, inputs, random_inputs, seed)
     m = session.memory
     plan = session.plan

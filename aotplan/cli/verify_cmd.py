@@ -7,7 +7,7 @@ import os
 import click
 
 from aotplan.core.errors import PlanError
-from aotplan.cli.app import Path, finite, handle_errors, main, trust_options
+from aotplan.cli.app import Path, finite, handle_errors, main, memory_option, trust_options
 from aotplan.cli.text import plural
 
 
@@ -16,9 +16,10 @@ from aotplan.cli.text import plural
 @click.option("--timeout", type=click.FloatRange(min=1), default=600,
               callback=lambda c, p, v: finite(p, v), show_default=True, metavar="SECONDS",
               help="Give up on a child that has not finished loading the plan after this long.")
+@memory_option
 @trust_options
 @handle_errors
-def verify_cmd(plan_path, timeout, trust_key, require_signature, trust_executables, cache_dir):
+def verify_cmd(plan_path, timeout, max_memory, trust_key, require_signature, trust_executables, cache_dir):
     """Check PLAN fully before deploying or serving it.
 
     In this process: the header, the payload digest, the signature (with --trust-key),
@@ -48,6 +49,8 @@ def verify_cmd(plan_path, timeout, trust_key, require_signature, trust_executabl
                f"{plural(len(plan.tensors), 'tensor')}, {plural(len(plan.launches), 'launch')}, "
                f"{plural(len(plan.kernels), 'kernel')}; "
                f"{signed}; fields and verifier ok")
-    report = isolate.probe(plan_path, key, require_signature, trust_executables, timeout=timeout)
+    # the child checks the very bytes checked above, not the file read again
+    report = isolate.probe(data, key, require_signature, trust_executables, timeout=timeout, name=plan_path,
+                           max_memory=max_memory)
     click.echo(f"  {report.line()}")
     click.echo("ok")

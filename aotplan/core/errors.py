@@ -35,6 +35,11 @@ class LimitError(AotplanError):
     """Something is bigger than what this format or executor can address."""
 
 
+class FeedLimitError(FeedError, LimitError):
+    """A feed whose values are beyond what the plan stores them as (an int64 beyond
+    int32's range): a bad feed, so callers that catch FeedError see it, and a limit."""
+
+
 class ForkError(AotplanError):
     """A session used, or a plan loaded, in a process forked after JAX's runtime had
     started in its parent (JAX does not survive fork: the call would hang)."""

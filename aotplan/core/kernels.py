@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan.core import dtypes, native, xla_options
+from aotplan.core import dtypes, kernel_program, native, xla_options
 from aotplan.core.errors import PlanError
 
 # How a kernel got its call path (`Session.kernel_paths`). The first two are the fast
@@ -175,20 +175,32 @@ class Direct:
         self.lower_call = lower_call  # -> jit(exp.call) lowered: the way back
 
 
-def _module(exp, platform):
-    """The exported program for `platform` as an MLIR module (in a context of its own)
-    whose `main` takes exactly the kernel's arguments -> module, or None where this
-    jax's internals differ; raises what deserializing raised."""
+def read_module(name, exp, plan_jax=None):
+    """The exported program as an MLIR module, in a context of its own (kept alive by
+    the module) -> module; a PlanError where this jax cannot read it."""
     from jax.extend import mlir as jax_mlir  # (public: jax.extend)
     from jax.extend.mlir import ir
 
     # a bare context: reading the artifact loads the dialects it needs (1.2 ms a
     # kernel; jax's lowering context, every dialect registered and loaded, 3 ms)
-    read, ctx = jax_mlir.deserialize_portable_artifact, ir.Context()
-    with ctx:
-        module = read(bytes(exp.mlir_module_serialized))
-        if len(exp.platforms) == 1:
-            return module
+    with ir.Context():
+        try:
+            return jax_mlir.deserialize_portable_artifact(bytes(exp.mlir_module_serialized))
+        except Exception as e:
+            if _is_unreadable(e):
+                raise _unreadable(name, e, plan_jax) from None
+            raise PlanError(f"kernel {name!r}: its StableHLO does not read "
+                            f"({kernel_program.first_line(e)})") from None
+
+
+def _module(module, exp, platform):
+    """`module` (`read_module`) for `platform`: a module whose `main` takes exactly the
+    kernel's arguments, or None where this jax's internals differ."""
+    from jax.extend.mlir import ir
+
+    if len(exp.platforms) == 1:
+        return module
+    with module.context:
         try:
             return _for_platform(module, exp.platforms.index(platform), ir)
         except Exception:  # another layout than jax's below: exp.call's lowering knows it
@@ -239,10 +251,11 @@ def _for_platform(module, index, ir):
     return module
 
 
-def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None):
+def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None, module=None):
     """-> the kernel lowered for `device` (default: the first device), ready for XLA
     (`compile_kernel`; Python work, done one at a time): a `Direct` where the program
-    is plain, else `jit(exp.call)` lowered.
+    is plain, else `jit(exp.call)` lowered. `module`: the program, where the caller has
+    read it already (`read_module`: the executor checks it first).
     `plan_jax`: the jax version the plan was compiled with, named where this jax cannot
     read the kernel's StableHLO (MLIR prints its reason on stderr first: collecting
     MLIR's diagnostics needs a handler on an MLIR context, which crashed jax 0.11.2 on
@@ -261,12 +274,7 @@ def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None):
             raise PlanError(f"kernel {name!r}: XLA could not compile it on this host: {e}") from None
 
     if _plain(exp):
-        try:
-            module = _module(exp, platform)
-        except Exception as e:
-            if _is_unreadable(e):
-                raise _unreadable(name, e, plan_jax) from None
-            module = None
+        module = _module(module if module is not None else read_module(name, exp, plan_jax), exp, platform)
         if module is not None:
             return Direct(stand_in(exp, donate).lower(*avals), module, exp, donate, lower_call)
     return lower_call()

@@ -234,8 +234,9 @@ def _inline(value, dtype, shape, where):
     return np.array(flat, dtype=np.float64 if dtype in dtypes.FLOAT_DTYPES else np_dt).astype(np_dt).reshape(shape)
 
 
-def parse(doc, base_dir):
-    """A parsed model.json document -> Graph (structure only; `validate` checks the rest)."""
+def parse(doc, base_dir, allow_outside_weights=False):
+    """A parsed model.json document -> Graph (structure only; `validate` checks the rest).
+    `base_dir`: model.json's folder, where its weights file lies (`load`)."""
     where = "model.json"
     if not isinstance(doc, dict):
         raise ModelError(f"{where}: top level must be an object")
@@ -267,7 +268,7 @@ def parse(doc, base_dir):
         _keys(weights, ("file", "tensors"), "weights")
         wfile = _req(weights, "file", str, "weights")
         tensors = _req(weights, "tensors", list, "weights")
-        with _open_npz(os.path.join(base_dir, wfile), "weights.file") as archive:
+        with _open_npz(_weights_file(base_dir, wfile, allow_outside_weights), "weights.file") as archive:
             for i, t in enumerate(tensors):
                 w = f"weights.tensors[{i}]"
                 n = _name(_req(t, "name", str, w), w + ".name")
@@ -304,8 +305,27 @@ def parse(doc, base_dir):
     return Graph(name, tuple(inputs), tuple(outputs), tuple(nodes), tuple(constants))
 
 
-def load(path):
-    """Read model.json (and its weights) -> (Graph, model digest hex)."""
+def _weights_file(base_dir, wfile, allow_outside):
+    """The weights file's path: beside model.json or below its folder, unless the caller
+    allows any (a model.json that names ../../x or /etc/x would have its file read and
+    baked into the plan)."""
+    path = os.path.join(base_dir, wfile)
+    if allow_outside:
+        return path
+    inside = not os.path.isabs(wfile) and ".." not in re.split(r"[\\/]", wfile)
+    base = os.path.realpath(base_dir)
+    if inside and os.path.exists(path):  # a symbolic link on the way may lead out
+        inside = os.path.commonpath([os.path.realpath(path), base]) == base
+    if not inside:
+        raise ModelError(f"weights.file {wfile!r}: a weights file lies beside model.json or in a folder below it "
+                         f"(to read one elsewhere: compile --allow-outside-weights, or "
+                         f"model_json.load(path, allow_outside_weights=True))")
+    return path
+
+
+def load(path, allow_outside_weights=False):
+    """Read model.json (and its weights) -> (Graph, model digest hex). The weights file
+    must lie beside model.json or below its folder, unless `allow_outside_weights`."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -325,7 +345,7 @@ def load(path):
     except ValueError as e:  # JSONDecodeError, huge integers
         raise ModelError(f"{path}: not valid JSON: {e}") from None
     try:
-        graph = parse(doc, os.path.dirname(os.path.abspath(path)))
+        graph = parse(doc, os.path.dirname(os.path.abspath(path)), allow_outside_weights)
     except RecursionError:
         raise ModelError(f"{path}: a value (an attribute or a constant) is nested too deeply") from None
     return graph, graph_digest(graph)

@@ -134,6 +134,9 @@ def _slice_params(node, shape):
         else:
             s, e = min(max(s, 0), d - 1), min(max(e, -1), d - 1)
         count = max(0, -(-(e - s) // st))
+        # a step longer than the axis takes one element, as the axis' length does; a
+        # step beyond int32 (INT64_MAX in exported models) would overflow in XLA
+        st = max(min(st, max(d, 1)), -max(d, 1))
         out.append((ax, s, e, st, count))
     return out
 

@@ -39,12 +39,13 @@ class FoldStats:
     folded: int  # nodes replaced by constants
 
 
-def run(graph, fold_constants=True):
+def run(graph, fold_constants=True, max_unrolled_nodes=unroll.MAX_UNROLLED_NODES):
     if any(n.op == "if" for n in graph.nodes):
         graph = _without_dead_branches(graph, fold_constants)
     if any(n.op in unroll.ENTERS for n in graph.nodes):
         graph = unroll.run(graph, lambda g: _lenient(g, fold_constants),  # (it prunes dead branches after
-                           lambda g: _without_dead_branches(g, fold_constants))  # each round, the last one too)
+                           lambda g: _without_dead_branches(g, fold_constants),  # each round, the last one too)
+                           max_unrolled_nodes)
     kept, consts, bound, folded = _walk(graph, fold_constants)
     g = dataclasses.replace(graph, nodes=tuple(kept), constants=tuple(consts.values()))
     return g, FoldStats(bound, folded)

@@ -380,10 +380,9 @@ def test_dump_folder_new_earlier_foreign_and_failed(mlp_plans, tmp_path, monkeyp
     r = _invoke("replay", mlp_plans["kernel"], "--random-inputs", "--dump", tmp_path / "mine")
     one_error_line(r, "cannot write dumps to", "not empty and not an earlier dump (it holds 'notes.txt')")
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
-    np.save(d / "0000_x.npy", np.zeros((4, 64), np.float32))
-    r = _invoke("replay", mlp_plans["kernel"], "--input", f"x={d / '0000_x.npy'}", "--dump", d)
+    # an input that is one of the earlier dump's files (replacing the dump deletes it)
+    r = _invoke("replay", mlp_plans["kernel"], "--input", f"x={d / '0000_probs.npy'}", "--dump", d)
     one_error_line(r, "which this command reads, and a new dump replaces the earlier one's files")
-    os.unlink(d / "0000_x.npy")
     for out in (d / "o.npz", tmp_path / "same"):
         r = _invoke("replay", mlp_plans["kernel"], "--random-inputs", "--dump", out if out.name == "same" else d,
                     "--output", out)
@@ -407,6 +406,22 @@ def test_dump_folder_new_earlier_foreign_and_failed(mlp_plans, tmp_path, monkeyp
     r = _invoke("replay", mlp_plans["kernel"], "--random-inputs", "--steps", "1", "--dump", d)
     one_error_line(r, "No space left on device")
     assert saved and _listing(d) == earlier
+
+
+def test_dump_deletes_only_what_its_index_lists(mlp_plans, tmp_path):
+    """A file named like a dump's (NNNN_*.npy) that the earlier dump's index.json does
+    not list is the user's: the folder is refused and the file kept."""
+    d = tmp_path / "dumps"
+    r = _invoke("replay", mlp_plans["fused"], "--random-inputs", "--steps", "1", "--dump", d)
+    assert r.exit_code == 0, r.output
+    mine = np.arange(3.0)
+    np.save(d / "0005_probs_expected.npy", mine)
+    r = _invoke("replay", mlp_plans["kernel"], "--random-inputs", "--steps", "1", "--dump", d)
+    one_error_line(r, "not empty and not an earlier dump (it holds '0005_probs_expected.npy')")
+    np.testing.assert_array_equal(np.load(d / "0005_probs_expected.npy"), mine)
+    os.unlink(d / "0005_probs_expected.npy")
+    r = _invoke("replay", mlp_plans["kernel"], "--random-inputs", "--steps", "1", "--dump", d)
+    assert r.exit_code == 0 and len(os.listdir(d)) == 7, r.output
 
 
 # ------------------------------------------------------------------ inspect, profile

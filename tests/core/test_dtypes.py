@@ -63,6 +63,8 @@ def test_int64_feed_out_of_range_is_refused():
     x[1, 2] = 2**31
     with pytest.raises(LimitError, match=r"input 'x'.*2147483648.*int32 range"):
         sess.run({"x": x})
+    with pytest.raises(FeedError, match=r"input 'x'.*2147483648.*int32 range"):  # a feed's error, as callers catch them
+        sess.run({"x": x})
     out = sess.run({"x": np.full((3, 5), -(2**31), np.int32)})  # int32 feeds are accepted for int64
     assert out["x"].dtype == np.int64 and out["x"].min() == -(2**31)
 

@@ -93,6 +93,28 @@ def test_child_error_keeps_its_type(mlp_plan, tmp_path):
     assert r.exit_code == 2 and "not signed" in r.output
 
 
+def test_replay_isolate_serves_the_bytes_it_checked(mlp_plan, examples, tmp_path, monkeypatch):
+    """The plan file replaced by another plan between the child's check and the load:
+    the parent loads the bytes the child checked (one read), not the new file."""
+    path, plan = mlp_plan
+    target = tmp_path / "swapped.plan"
+    target.write_bytes(path.read_bytes())
+    other = codec.encode(examples["cnn"][1])
+    real = isolate.probe
+
+    def probe_then_swap(*args, **kwargs):
+        report = real(*args, **kwargs)
+        target.write_bytes(other)
+        return report
+
+    monkeypatch.setattr(isolate, "probe", probe_then_swap)
+    r = CliRunner().invoke(cli, ["replay", str(target), "--isolate", "--random-inputs", "--steps", "1"])
+    assert r.exit_code == 0, r.output
+    out = plan.tensors[plan.outputs[0]]
+    assert f"output {plan.output_names[0]}: float32{list(out.shape)}" in r.output, r.output
+    assert target.read_bytes() == other  # (the swap happened)
+
+
 # ------------------------------------------------------------------ atomic writes
 
 def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):

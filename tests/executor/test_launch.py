@@ -203,7 +203,7 @@ def test_plan_larger_than_free_device_memory_is_refused(examples):
     """Where a device reports its memory (GPUs), a plan that cannot fit is refused
     before anything is allocated."""
     import executor
-    from aotplan.core.errors import PlanError
+    from aotplan.core.errors import LimitError
 
     _, plan, _ = examples["cnn"]
     real = jax.devices()[0]
@@ -217,5 +217,5 @@ def test_plan_larger_than_free_device_memory_is_refused(examples):
         def __str__(self):
             return "small device"
 
-    with pytest.raises(PlanError, match=r"plan needs \d+ bytes of device memory .* small device has 50000 bytes free"):
+    with pytest.raises(LimitError, match=r"plan needs \d+ bytes of device memory .* small device has 50000 bytes free"):
         executor.Session(plan, device=SmallDevice())

@@ -136,21 +136,21 @@ def test_dead_if_branch_inside_a_loop_copy_holding_a_loop():
     om.check(m, {"x": _f32(2), "Mrt": np.array(5, np.int64)}, modes=("sink",))
 
 
-def test_copy_limit_ignores_per_iteration_marker_nodes(monkeypatch):
+def test_copy_limit_ignores_per_iteration_marker_nodes():
     """Was: MAX_COPIES bounds n_iter * len(body) only: a body whose nodes are all
     loop-invariant (len 0) unrolls any M: M=1e8 loops for minutes (INT64_MAX, as while
     loops are exported: forever), and its scan output gets one unsqueeze per iteration
     (M=300000: 31 s, then 'Loop_0:exit:s0 (concat): takes 1 to 65536 inputs'). Fixed:
     count the gathers/unsqueezes/wheres too, or at least n_iter * max(1, len(body))."""
-    from compiler.passes import unroll
+    from compiler import pipeline
+    from compiler.frontends import onnx_import
 
-    monkeypatch.setattr(unroll, "MAX_COPIES", 100)
     body = _g("body", [N("Identity", ["x"], ["xo"])], [om.vi("i", I64, []), om.vi("c", B, []), om.vi("v", F, [2])],
               [om.vi("c", B, []), om.vi("v", F, [2]), om.vi("xo", F, [2])])
     m = om.model([N("Loop", ["M", "t", "v0"], ["vf", "xs"], body=body)], [om.vi("v0", F, [2]), om.vi("x", F, [2])],
                [om.vi("vf", F), om.vi("xs", F)], [("M", np.array(1000, np.int64)), ("t", np.array(True))], opset=16)
     with pytest.raises(LimitError, match=r"node 'Loop_0' \(Loop\)"):
-        om.prepare(m)
+        pipeline.prepare(onnx_import.convert(m, name="m"), pipeline.Options(max_unrolled_nodes=100))
 
 
 def test_scan_output_direction_must_be_0_or_1():
@@ -161,6 +161,52 @@ def test_scan_output_direction_must_be_0_or_1():
                [om.vi("s0", F, [2]), om.vi("x", F, [3, 2])], [om.vi("sf", F), om.vi("o", F)], opset=16)
     with pytest.raises((ModelError, ShapeError), match=r"'Scan_0'.*direction"):
         om.prepare(m)
+
+
+def _chain_of_loops(n_loops, trips):
+    """v -> n_loops Loops one after another, each adding one `trips` times."""
+    body = _g("body", [N("Add", ["v", "one"], ["v2"]), N("Identity", ["c"], ["co"])],
+              [om.vi("i", I64, []), om.vi("c", B, None), om.vi("v", F, [2])],
+              [om.vi("co", B, None), om.vi("v2", F, [2])])
+    nodes = [N("Loop", ["M", "t", f"x{k}"], [f"x{k + 1}"], body=body, name=f"L{k}") for k in range(n_loops)]
+    return om.model(nodes, [om.vi("x0", F, [2])], [om.vi(f"x{n_loops}", F)],
+                    [("one", np.float32(1)), ("M", np.array(trips, np.int64)), ("t", np.array(True))], opset=16)
+
+
+def test_the_unroll_budget_is_for_all_loops_together():
+    """Was: the limit (200,000 nodes) held per loop: a 457-byte model of two loops wrote
+    120k nodes and took 39 s and 0.9 GB. Now the model's loops share one budget; the
+    error names the flag that raises it, and the flag does."""
+    from compiler.passes import unroll
+
+    m = _chain_of_loops(2, 60_000)  # 2 nodes a copy: 120,000 each, 240,000 together
+    with pytest.raises(LimitError, match=r"node 'L1' \(Loop\): unrolling 60000 iterations .* would write 120000 "
+                                         r"nodes, and the model's loops may write 200000 in all \(120000 written "
+                                         r"already; compile --max-unrolled-nodes N raises it\)"):
+        om.prepare(m)
+    assert unroll.MAX_UNROLLED_NODES == 200_000
+    small = _chain_of_loops(2, 30)
+    with pytest.raises(LimitError, match="may write 100 in all"):
+        om.compile_onnx(small, max_unrolled_nodes=100)
+    om.check(small, {"x0": _f32(2)}, modes=("sink",), max_unrolled_nodes=120)
+
+
+def test_sequential_loops_are_not_nesting():
+    """Was: 70 loops one after another were refused as 'nested more than 64 deep' (one
+    round of unrolling each), and so were two nested loops whose outer ran 63 times or
+    more; onnxruntime runs both."""
+    om.check(_chain_of_loops(70, 2), {"x0": _f32(2)}, modes=("sink",))
+    inner = _g("inner", [N("Add", ["w", "one"], ["w2"]), N("Identity", ["c"], ["co"])],
+               [om.vi("j", I64, []), om.vi("c", B, None), om.vi("w", F, [2])],
+               [om.vi("co", B, None), om.vi("w2", F, [2])])
+    outer = _g("outer", [N("Loop", ["M2", "t", "v"], ["v2"], body=inner, name="Inner"),
+                         N("Identity", ["c"], ["co"])],
+               [om.vi("i", I64, []), om.vi("c", B, None), om.vi("v", F, [2])],
+               [om.vi("co", B, None), om.vi("v2", F, [2])])
+    m = om.model([N("Loop", ["M", "t", "v0"], ["vf"], body=outer, name="Outer")], [om.vi("v0", F, [2])],
+                 [om.vi("vf", F)], [("one", np.float32(1)), ("M", np.array(70, np.int64)),
+                                    ("M2", np.array(2, np.int64)), ("t", np.array(True))], opset=16)
+    om.check(m, {"v0": _f32(2)}, modes=("sink",))
 
 
 # ---------------------------------------------------------------- these worked: kept as regression tests

@@ -144,3 +144,17 @@ def test_model_name_is_the_file_stem_not_the_last_node(tmp_path):
     onnx.save(m, str(path))
     assert onnx_import.load(str(path))[0].name == "tiny"
     assert onnx_import.convert(m).name == "g"
+
+
+@pytest.mark.parametrize("step", [2**63 - 1, -(2**63), 2**31, 7])
+def test_slice_steps_longer_than_the_axis(step):
+    """A step of INT64_MAX (exporters write it) takes one element, as onnxruntime does,
+    in every launch mode: it overflowed in XLA and a sink plan returned float32[0] where
+    it declared [1]."""
+    x = np.arange(10, dtype=np.float32).reshape(2, 5)
+    start, end = (0, 5) if step > 0 else (4, -6)
+    inits = [("s", np.array([start], np.int64)), ("e", np.array([end], np.int64)), ("a", np.array([1], np.int64)),
+             ("t", np.array([step], np.int64))]
+    m = om.model([helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"])], [om.vi("x", TP.FLOAT, [2, 5])],
+                 [om.vi("y", TP.FLOAT, None)], inits)
+    om.check(m, {"x": x}, modes=("kernel", "fused", "sink"))

@@ -68,7 +68,7 @@ from aotplan.core.codec.frame import (  # noqa: F401
     HEADER_FIELDS, HEADER_FIELDS_5, MAGIC, MAX_HEADER_BYTES, MAX_SUPPORTED_VERSION, MIN_SUPPORTED_VERSION, data_start,
     frame, read_header, split,
 )
-from aotplan.core.codec.keys import MIN_KEY_BYTES, check_key, env_key, read_key  # noqa: F401
+from aotplan.core.codec.keys import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES, check_key, env_key, read_key  # noqa: F401
 from aotplan.core.codec.payload import FORMAT_VERSION, decode_payload, encode_payload  # noqa: F401
 from aotplan.core.codec.plan_file import decode, decode_checked, encode  # noqa: F401
 from aotplan.core.codec.upgrades import PAYLOAD_FIELDS  # noqa: F401

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""What checking each kernel's program (aotplan/core/kernel_program.py) adds to a load:
+per plan, the time to read the kernels' modules and check them, against the whole
+load (`executor.load`, no warm-up) in the same process, medians over repeats.
+
+    python scripts/bench_kernel_check.py [--repeats 5]
+
+The plans: the three examples and the benchmark families (plans/bench) in kernel mode
+(the most kernels), compiled here first.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+
+    import jax
+
+    import executor
+    from aotplan.core import codec, kernel_program, kernels, model_json
+    from compiler import pipeline
+    from executor import kernel_loader
+
+    models = [os.path.join(ROOT, "plans", "examples", n, "model.json") for n in ("mlp", "cnn", "transformer")]
+    models += [os.path.join(ROOT, "plans", "bench", n, "model.json") for n in ("resnet50", "bert4")]
+    print(f"jax {jax.__version__}, {os.cpu_count()} CPUs; medians of {args.repeats}")
+    print(f"{'model':<12} {'kernels':>7} {'check ms':>9} {'per kernel ms':>14} {'load ms':>8} {'check/load':>10}")
+    with tempfile.TemporaryDirectory() as work:
+        for path in models:
+            if not os.path.exists(path):
+                continue
+            graph, digest = model_json.load(path)
+            plan = pipeline.compile_graph(graph, digest, pipeline.Options(launch="kernel")).plan
+            file = os.path.join(work, "p.plan")
+            with open(file, "wb") as f:
+                f.write(codec.encode(plan))
+            wants = kernel_loader.kernel_roles(plan)
+            limit = kernel_program.value_bytes_limit(plan)
+            exps = {ki: kernels.load_kernel(plan.kernels[ki]) for ki in wants}
+            checks, loads = [], []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                for ki, (role, takes, returns) in wants.items():
+                    module = kernels.read_module(plan.kernels[ki].name, exps[ki])
+                    kernel_program.check(plan.kernels[ki].name, module, exps[ki], takes, returns, role != "output",
+                                         limit)
+                checks.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                executor.load(file, warmup=False)
+                loads.append(time.perf_counter() - t0)
+            c, l = statistics.median(checks) * 1e3, statistics.median(loads) * 1e3
+            name = os.path.basename(os.path.dirname(path))
+            print(f"{name:<12} {len(wants):>7} {c:>9.1f} {c / len(wants):>14.2f} {l:>8.1f} {c / l:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
