@@ -238,8 +238,10 @@ def test_trust_key_as_a_key_file(plan_files, tmp_path):
     assert executor.load(path, trust_key=str(keyfile), warmup=False).kernel_source == "native"
     assert executor.load(path, trust_key=keyfile, warmup=False).kernel_source == "native"
     assert executor.load(path, trust_key=bytearray(KEY), warmup=False).kernel_source == "native"
+    wrong = tmp_path / "wrong"
+    wrong.write_bytes(plan_files["sink"].read_bytes()[:4096])
     with pytest.raises(PlanError, match="signature does not verify"):
-        executor.load(path, trust_key=str(plan_files["sink"]))  # a file of the wrong bytes
+        executor.load(path, trust_key=str(wrong))  # a file of the wrong bytes
     with pytest.raises(PlanError, match="cannot read key file"):
         executor.load(path, trust_key=str(tmp_path / "missing"))
     with pytest.raises(PlanError, match=r"trust_key: expected the key's bytes or a key file's path, got int"):

@@ -215,12 +215,14 @@ def campaign(seed_value, count, case_timeout=60.0, start=0):
     from the next case."""
     import queue
     import subprocess
+    import tempfile
     import threading
 
     end = start + count
     while start < end:
-        child = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(seed_value), str(start),
-                                  str(end - start)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        errors = tempfile.TemporaryFile("w+")  # the child's faulthandler writes a crash's Python stack here
+        child = subprocess.Popen([sys.executable, "-X", "faulthandler", os.path.abspath(__file__), str(seed_value),
+                                  str(start), str(end - start)], stdout=subprocess.PIPE, stderr=errors, text=True,
                                  cwd=ROOT)
         lines = queue.Queue()
         threading.Thread(target=lambda: [lines.put(ln) for ln in child.stdout] + [lines.put(None)],
@@ -239,7 +241,7 @@ def campaign(seed_value, count, case_timeout=60.0, start=0):
             if line is None:
                 child.wait()
                 if current is not None:
-                    yield current, mutator, f"BAD crash (exit {child.returncode})", "the child died in this case"
+                    yield (current, mutator, *_crash(child.returncode, errors))
                     start = current + 1
                 else:
                     start = end if child.returncode == 0 else start + 1
@@ -254,6 +256,24 @@ def campaign(seed_value, count, case_timeout=60.0, start=0):
                 yield int(index), mutator, outcome.replace("_", " "), detail
                 current = None
                 start = int(index) + 1
+
+
+# A known crash outside aotplan: StableHLO's bytecode reader aborts or faults on some
+# malformed bytecode instead of failing (upstream: openxla/stablehlo#2967), before any
+# check of ours can see the program. The executor reads a kernel's module there
+# (`kernels.read_module`); `aotplan verify` and `replay --isolate` contain it in a child.
+READER_CRASH = "crash in StableHLO's bytecode reader"
+
+
+def _crash(returncode, errors):
+    """-> (outcome, detail) of a child that died in a case: READER_CRASH where its stack's
+    innermost Python frame is the module read, else "BAD crash"."""
+    errors.seek(0)
+    frames = [ln.strip() for ln in errors.read().splitlines() if ln.strip().startswith("File ")]
+    where = frames[0] if frames else "no Python stack"
+    if frames and frames[0].endswith("in read_module"):
+        return READER_CRASH, f"exit {returncode}: {where}"
+    return f"BAD crash (exit {returncode})", f"the child died in this case: {where}"
 
 
 def _child(seed_value, start, count):
