@@ -220,7 +220,8 @@ def campaign(seed_value, count, case_timeout=60.0, start=0):
 
     end = start + count
     while start < end:
-        errors = tempfile.TemporaryFile("w+")  # the child's faulthandler writes a crash's Python stack here
+        errors = tempfile.TemporaryFile()  # the child's faulthandler writes a crash's Python stack here (and
+        # MLIR its diagnostics, with the bytes of a malformed module in them: read as bytes)
         child = subprocess.Popen([sys.executable, "-X", "faulthandler", os.path.abspath(__file__), str(seed_value),
                                   str(start), str(end - start)], stdout=subprocess.PIPE, stderr=errors, text=True,
                                  cwd=ROOT)
@@ -269,7 +270,8 @@ def _crash(returncode, errors):
     """-> (outcome, detail) of a child that died in a case: READER_CRASH where its stack's
     innermost Python frame is the module read, else "BAD crash"."""
     errors.seek(0)
-    frames = [ln.strip() for ln in errors.read().splitlines() if ln.strip().startswith("File ")]
+    text = errors.read().decode(errors="replace")
+    frames = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("File ")]
     where = frames[0] if frames else "no Python stack"
     if frames and frames[0].endswith("in read_module"):
         return READER_CRASH, f"exit {returncode}: {where}"
