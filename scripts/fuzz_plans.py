@@ -14,8 +14,8 @@ case slower than one second).
 With --kernels: the kernels' programs are mutated instead (tests/fuzz/kernel_mutators.py)
 and each case is loaded by the executor in a child process and run one step: it must
 run or be refused with an AotplanError; a crash, a hang (60 s) or another exception is
-bad. A crash inside StableHLO's bytecode reader (upstream, before any check of ours) is
-counted apart. About 10 cases a second here.
+bad. A crash or hang inside StableHLO's bytecode reader (upstream, before any check of ours)
+is counted apart. About 10 cases a second here.
 """
 
 import argparse
@@ -106,7 +106,7 @@ def kernels(a):
     elapsed = time.perf_counter() - t0
     print(f"{a.cases} kernel-program cases (seed {a.seed}) in {elapsed:.1f} s, {elapsed / max(a.cases, 1):.3f} s per "
           f"case")
-    print("\nper mutator (ran / refused / crashed in StableHLO's bytecode reader, openxla/stablehlo#2967 / BAD):")
+    print("\nper mutator (ran / refused / crashed or hung in StableHLO's bytecode reader, openxla/stablehlo#2967 / BAD):")
     for mut, c in sorted(per_mutator.items()):
         print(f"  {mut:20s} {c['ran']:6d} {c['refused']:6d} {c[km.READER_CRASH]:6d} {c['BAD']:6d}")
     if bad:

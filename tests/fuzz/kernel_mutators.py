@@ -259,16 +259,19 @@ def campaign(seed_value, count, case_timeout=60.0, start=0):
                 start = int(index) + 1
 
 
-# A known crash outside aotplan: StableHLO's bytecode reader aborts or faults on some
-# malformed bytecode instead of failing (upstream: openxla/stablehlo#2967), before any
-# check of ours can see the program. The executor reads a kernel's module there
-# (`kernels.read_module`); `aotplan verify` and `replay --isolate` contain it in a child.
-READER_CRASH = "crash in StableHLO's bytecode reader"
+# A known failure outside aotplan: StableHLO's bytecode reader aborts, faults or spins
+# on some malformed bytecode instead of failing (upstream: openxla/stablehlo#2967),
+# before any check of ours can see the program. The executor reads a kernel's module
+# there (`kernels.read_module`); `aotplan verify` and `replay --isolate` contain it in a
+# child process.
+READER_CRASH = "crash or hang in StableHLO's bytecode reader"
+HANG_SECONDS = 50  # a case still running after this dumps its stack and ends the child (the runner waits 60)
 
 
 def _crash(returncode, errors):
-    """-> (outcome, detail) of a child that died in a case: READER_CRASH where its stack's
-    innermost Python frame is the module read, else "BAD crash"."""
+    """-> (outcome, detail) of a child that died in a case (a crash, or a hang whose stack
+    faulthandler dumped): READER_CRASH where its stack's innermost Python frame is the
+    module read, else "BAD crash"."""
     errors.seek(0)
     text = errors.read().decode(errors="replace")
     frames = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("File ")]
@@ -280,6 +283,7 @@ def _crash(returncode, errors):
 
 def _child(seed_value, start, count):
     sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+    import faulthandler
     import tempfile
 
     from executor import process
@@ -299,7 +303,9 @@ def _child(seed_value, start, count):
             import time
 
             time.sleep(3600)
+        faulthandler.dump_traceback_later(HANG_SECONDS, exit=True)
         outcome, detail = run_case(case)
+        faulthandler.cancel_dump_traceback_later()
         print(f"outcome {i} {outcome.replace(' ', '_')} {detail}", flush=True)
 
 

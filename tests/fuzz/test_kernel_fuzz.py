@@ -2,7 +2,7 @@
 loaded by the executor in a child process and run one step on non-zero inputs: every
 case runs or is refused with an AotplanError; none hangs or raises anything else, and
 none crashes after the kernel's module is read. StableHLO's own bytecode reader
-crashes on about 1 in 1,000 byte-mutated modules (openxla/stablehlo#2967: it aborts
+crashes or spins on about 1 in 1,000 byte-mutated modules (openxla/stablehlo#2967: it aborts
 instead of failing), before any check can see the program: those are counted, not
 failed (the executor's answer is the child process of `verify` and `replay
 --isolate`). 2,000 cases here (about 3 minutes); longer campaigns:
