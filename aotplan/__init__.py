@@ -2,7 +2,7 @@
 
 The package holds the layers' top and bottom: `aotplan.core` (the shared vocabulary
 of the compiler and the executor), and above `compiler` and `executor`, the commands
-that need both (`aotplan.cli`, `aotplan.check`). The layers are import-linter
+that need both (`aotplan.cli`). The layers are import-linter
 contracts in `pyproject.toml`. Importing `aotplan` imports nothing else.
 """
 

@@ -1,5 +1,5 @@
 """`aotplan check`: a plan replayed launch by launch beside the direct evaluation of its
-model (`aotplan.check`), naming the first launch whose numbers are off.
+model (`aotplan.cli.check_launches`), naming the first launch whose numbers are off.
 """
 
 import os
@@ -57,7 +57,7 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
     """
     import executor
     from aotplan.core import codec
-    from aotplan import check as chk
+    from aotplan.cli import check_launches as chk
     from compiler import pipeline, reference
 
     key = codec.read_key(trust_key) if trust_key else codec.env_key()

@@ -634,7 +634,7 @@ def test_plan_errors_name_the_file(tmp_path):
 
 
 def test_check_compares_float64_as_the_float32_it_is_computed_in():
-    from aotplan import check as chk
+    from aotplan.cli import check_launches as chk
 
     assert chk.tolerance("float64", None, None) == chk.tolerance("float32", None, None) != (0.0, 0.0)
     assert chk.tolerance("int64", None, None) == (0.0, 0.0)

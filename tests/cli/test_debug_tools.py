@@ -231,7 +231,7 @@ def test_check_against_another_model_says_what_differs(mlp_plans, frozen, tmp_pa
 def test_relative_error_is_taken_where_the_expected_value_is_not_zero():
     """An error against an expected 0 used to be divided by 1e-30 (a max rel err of
     1e+28 for a bfloat16 rounding); it shows in the absolute error."""
-    from aotplan import check as chk
+    from aotplan.cli import check_launches as chk
 
     ok, mabs, mrel, where, got, want = chk.compare(np.array([0.0156, 2.0]), np.array([0.0, 2.0]), 2e-2, 2e-2)
     assert ok and mabs == pytest.approx(0.0156) and mrel == 0.0
@@ -247,7 +247,7 @@ def test_scalar_tensors_are_checked_and_dumped_as_scalars(tmp_path):
     reported every scalar tensor as differing (max abs err inf, got nan, expected nan)
     and --dump wrote shape (1,). The constants' check reads scalars alike."""
     from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
-    from aotplan import check as chk
+    from aotplan.cli import check_launches as chk
     from compiler import pipeline
 
     k = np.array(0.5, np.float32)
@@ -331,7 +331,7 @@ def test_dump_dtypes_and_layouts_are_logical_and_bfloat16_feeds_back(tmp_path):
     files = tools.dump(sess, feeds, str(tmp_path / "d"))
     ref = reference.evaluate_all(g, feeds)
     ref.update(feeds)
-    from aotplan.check import logical_name
+    from aotplan.cli.check_launches import logical_name
 
     rows = json.loads((tmp_path / "d" / "index.json").read_text())["tensors"]
     assert len(rows) == len(files) == sum(len(l.writes) for l in plan.launches)

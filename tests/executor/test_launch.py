@@ -171,7 +171,7 @@ def test_check_names_the_first_bad_launch(kernel_examples):
     import dataclasses
 
     import executor
-    from aotplan import check
+    from aotplan.cli import check_launches as check
     from compiler import pipeline
 
     graph, plan, _ = kernel_examples["mlp"]
