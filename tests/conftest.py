@@ -54,6 +54,22 @@ def one_error_line(r, *needles):
         assert n in lines[0], r.output
 
 
+def mlp_model_edited(tmp_path, mutate):
+    """The example MLP's model.json, edited by `mutate(doc)`, written with its weights
+    into tmp_path -> the model.json's path."""
+    import json
+    import shutil
+
+    src = os.path.join(EXAMPLES, "mlp")
+    with open(os.path.join(src, "model.json")) as f:
+        doc = json.load(f)
+    shutil.copy(os.path.join(src, "weights.npz"), tmp_path / "weights.npz")
+    mutate(doc)
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
 def compile_and_load(graph, **opts):
     """Graph -> (plan, executor Session) through the real codec."""
     import executor

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from aotplan.cli import main
 from conftest import EXAMPLES, one_error_line
+from conftest import mlp_model_edited as _model
 
 
 @pytest.fixture(scope="module")
@@ -212,97 +213,6 @@ def test_input_from_a_pipe(mlp_plan, tmp_path):
         r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", "x=/dev/zero"])
         assert r.exit_code == 2 and "cannot read '/dev/zero' as .npy: the magic string is not correct" in r.output
 
-
-# ---------------------------------------------------------------- bad models
-
-def _model(tmp_path, mutate):
-    src = os.path.join(EXAMPLES, "mlp")
-    with open(os.path.join(src, "model.json")) as f:
-        doc = json.load(f)
-    shutil.copy(os.path.join(src, "weights.npz"), tmp_path / "weights.npz")
-    mutate(doc)
-    path = tmp_path / "model.json"
-    path.write_text(json.dumps(doc))
-    return str(path)
-
-
-def _node(doc, name):
-    return next(n for n in doc["nodes"] if n["name"] == name)
-
-
-BAD_MODELS = {
-    "unknown op": (lambda d: _node(d, "relu1").update(op="frobnicate"),
-                   r"node 'relu1': unknown op 'frobnicate' \(\d+ ops are known: docs/formats.md lists them\)$"),
-    "misspelt op": (lambda d: _node(d, "relu1").update(op="rleu"), r"node 'relu1': unknown op 'rleu' \(did you mean "
-                                                                   r"'relu'\? \d+ ops are known"),
-    # the layout pass's own op: a model's transdata compiled, and gave scrambled outputs with exit 0
-    "internal op": (lambda d: _node(d, "relu1").update(op="transdata", attrs={"src": "nhwc", "dst": "default"}),
-                    r"node 'relu1': unknown op 'transdata' \((did you mean 'transpose'\? )?\d+ ops are known"),
-    "empty output name": (lambda d: _node(d, "relu1")["outputs"].__setitem__(0, ""),
-                          r"node 'relu1'.outputs: expected a non-empty name string, got ''"),
-    "dangling input": (lambda d: _node(d, "fc2")["inputs"].__setitem__(0, "nope"),
-                       r"node 'fc2': input 'nope' is not a graph input"),
-    "cycle": (lambda d: _node(d, "fc1")["inputs"].__setitem__(0, "tanh2"), r"cycle: 'fc1' -> .*'fc1'"),
-    "shape mismatch": (lambda d: d["inputs"][0].update(shape=[4, 63]),
-                       r"node 'fc1' \(gemm\): contraction mismatch: A 'x' float32\[4, 63\]"),
-    "bad dtype": (lambda d: d["inputs"][0].update(dtype="float128"), r"input 'x': unsupported dtype 'float128'"),
-    "missing weights": (lambda d: d["weights"].update(file="gone.npz"), r"weights file .*gone.npz.* not found"),
-    "missing weight": (lambda d: d["weights"]["tensors"].append({"name": "extra", "dtype": "float32", "shape": [1]}),
-                       r"weight 'extra': not found in weights file"),
-    "weight dtype": (lambda d: d["weights"]["tensors"][0].update(dtype="int32"),
-                     r"weight 'fc1.w': stored dtype float32 does not match declared dtype int32"),
-    "duplicate node": (lambda d: _node(d, "fc2").update(name="fc1"), r"node name 'fc1' is used twice"),
-    "bad attr": (lambda d: _node(d, "probs")["attrs"].update(axis=5), r"node 'probs' \(softmax\): axis 5 is out of range"),
-    "missing field": (lambda d: _node(d, "fc1").pop("op"), r"node 'fc1': missing field 'op'"),
-    "wrong version": (lambda d: d.update(version=9), r"model.json.version: version 9 is not supported"),
-    "no outputs": (lambda d: d.update(outputs=[]), r"model has no outputs"),
-    "unknown attribute": (lambda d: _node(d, "probs")["attrs"].update(axes=1),
-                          r"node 'probs' \(softmax\): unknown attribute 'axes' \(accepted: axis, legacy_flatten\)"),
-    "arity": (lambda d: _node(d, "relu1")["inputs"].append("x"), r"node 'relu1' \(relu\): takes 1 inputs, got 2"),
-    "empty input": (lambda d: _node(d, "fc1")["inputs"].__setitem__(1, ""),
-                    r"node 'fc1' \(gemm\): input 1 is empty \(\"\"\): only the optional inputs at the end"),
-    "empty planner": (lambda d: None, r"unknown planner '' \(known: best, "),
-    "control character": (lambda d: _node(d, "relu1").update(outputs=["relu\n1"]),
-                          r"node 'relu1'.outputs: name 'relu\\n1' holds a control character"),
-}
-
-
-@pytest.mark.parametrize("case", list(BAD_MODELS))
-def test_bad_model_one_clear_error(tmp_path, case):
-    mutate, pattern = BAD_MODELS[case]
-    path = _model(tmp_path, mutate)
-    out = tmp_path / "out.plan"
-    r = CliRunner().invoke(main, ["compile", path, "-o", str(out)] + (["--planner", ""] if case == "empty planner"
-                                                                      else []))
-    assert r.exit_code == 2, r.output
-    assert "Traceback" not in r.output
-    lines = [l for l in r.output.splitlines() if l.startswith("error:")]
-    assert len(lines) == 1, r.output
-    import re
-    assert re.search(pattern, lines[0]), lines[0]
-    assert not out.exists()
-
-
-def test_not_json(tmp_path):
-    p = tmp_path / "model.json"
-    p.write_text("{nope")
-    r = CliRunner().invoke(main, ["compile", str(p)])
-    assert r.exit_code == 2 and "not valid JSON" in r.output
-
-
-def test_cli_pass_names_match_the_pipeline():
-    from aotplan.cli import compile_cmd
-    from compiler import pipeline
-
-    assert compile_cmd.PASS_NAMES == pipeline.CLEANUP_PASSES
-
-
-def test_cli_launch_modes_match_the_plan_schema():
-    from aotplan.cli import compile_cmd
-    from aotplan.core import plan
-    from compiler import pipeline
-
-    assert compile_cmd.LAUNCH_MODES == plan.LAUNCH_MODES == pipeline.LAUNCH_MODES
 
 
 @pytest.fixture(scope="module")
@@ -665,82 +575,3 @@ def test_weights_file_that_is_a_directory_or_big_endian(tmp_path):
         c.data.dtype.newbyteorder(">"))) for c in graph.constants))
     assert model_json.graph_digest(swapped) == model_json.graph_digest(graph) == digest
 
-
-def test_options_without_effect_on_the_launch_mode_are_noted(tmp_path, monkeypatch):
-    """--no-views with a sink plan (and the like) compiled without a word: now a note."""
-    from compiler import pipeline
-
-    def stop(*a, **k):
-        raise SystemExit(0)  # (the notes come before the compile: nothing to lower here)
-    monkeypatch.setattr(pipeline, "compile_graph", stop)
-    path = _model(tmp_path, lambda d: None)
-    r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "o.plan"), "--no-views", "--placement", "off",
-                                  "--fuse-min-flops", "5", "--no-conv-bands", "--no-kernel-reuse"])
-    notes = [l for l in r.output.splitlines() if l.startswith("note:")]
-    said = "note: {} does not change this plan's launches or arena: it applies to {}"
-    assert notes == [said.format("--no-views", "kernel mode"), said.format("--placement", "kernel mode"),
-                     said.format("--no-conv-bands", "fused and kernel mode"),
-                     said.format("--fuse-min-flops", "fused mode"),
-                     said.format("--no-kernel-reuse", "fused and kernel mode")], r.output
-    r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "o.plan"), "--launch", "kernel",
-                                  "--no-views", "--placement", "off", "--inline-constants", "0"])
-    notes = [l for l in r.output.splitlines() if l.startswith("note:")]
-    assert notes == [said.format("--inline-constants", "sink and fused plans with weights in the pool")], r.output
-    r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "o.plan"), "--launch", "fused",
-                                  "--schedule", "default", "--fuse-min-flops", "0", "--no-conv-bands"])
-    assert "note:" not in r.output, r.output
-
-
-def _compile_options(tmp_path, monkeypatch, *flags):
-    """The pipeline.Options that `aotplan compile ... *flags` asks for (no compile)."""
-    from compiler import pipeline
-
-    seen = {}
-
-    def stop(graph, digest, opts, **kwargs):
-        seen["opts"] = opts
-        raise SystemExit(0)
-    monkeypatch.setattr(pipeline, "compile_graph", stop)
-    path = _model(tmp_path, lambda d: None)
-    r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "o.plan"), *flags])
-    assert r.exit_code == 0 and "opts" in seen, r.output
-    return seen["opts"], r.output
-
-
-def test_disable_names_each_optimisation_as_its_old_flag_did(tmp_path, monkeypatch):
-    from aotplan.cli import compile_cmd
-
-    old = ["--no-kernel-reuse", "--no-inplace", "--no-views", "--placement", "off", "--schedule", "default",
-           "--no-conv-bands", "--inline-constants", "0"]
-    new = [a for name in compile_cmd.OPTIMISATIONS for a in ("--disable", name)]
-    want, _ = _compile_options(tmp_path, monkeypatch, *old)
-    got, _ = _compile_options(tmp_path, monkeypatch, *new)
-    assert got == want
-    default, _ = _compile_options(tmp_path, monkeypatch)
-    for name in compile_cmd.OPTIMISATIONS:  # each name switches something off on its own
-        one, _ = _compile_options(tmp_path, monkeypatch, "--disable", name)
-        assert one != default, name
-
-
-def test_disable_is_noted_in_its_own_spelling_and_contradictions_refused(tmp_path, monkeypatch):
-    _, out = _compile_options(tmp_path, monkeypatch, "--disable", "views", "--disable", "conv-bands")
-    notes = [l for l in out.splitlines() if l.startswith("note:")]
-    said = "note: {} does not change this plan's launches or arena: it applies to {}"
-    assert notes == [said.format("--disable views", "kernel mode"),
-                     said.format("--disable conv-bands", "fused and kernel mode")], out
-    path = _model(tmp_path, lambda d: None)
-    for flags, words in ((["--disable", "placement", "--placement", "always"], "--placement always"),
-                         (["--disable", "inline-constants", "--inline-constants", "64"], "--inline-constants 64"),
-                         (["--disable", "frobnicate"], "'frobnicate' is not one of")):
-        r = CliRunner().invoke(main, ["compile", path, "-o", str(tmp_path / "o.plan"), *flags])
-        assert r.exit_code == 2 and words in r.output, r.output
-
-
-def test_compile_help_leads_with_the_everyday_options():
-    r = CliRunner().invoke(main, ["compile", "--help"])
-    shown = [l.split()[0].rstrip(",") for l in r.output.splitlines() if l.startswith("  -")]
-    assert shown[:4] == ["-o", "--input-shape", "--freeze-input", "--launch"], shown
-    assert "--disable" in shown and "--no-views" not in shown and "--schedule" not in shown
-    # (was 21 before --disable folded the off switches; +2: --allow-outside-weights and
-    # --max-unrolled-nodes, which the errors that need them name)
-    assert len(shown) <= 19, shown
