@@ -7,6 +7,7 @@ from click.testing import CliRunner
 from aotplan.cli import main
 from conftest import mlp_model_edited as _model
 
+
 def _node(doc, name):
     return next(n for n in doc["nodes"] if n["name"] == name)
 
