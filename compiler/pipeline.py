@@ -2,7 +2,8 @@
 
     validate -> fold -> validate -> schedule -> infer      (prepare: shared with the
                                                            reference evaluator)
-    -> group -> liveness -> plan_memory -> lower -> emit -> verify
+    -> group -> liveness -> plan_memory (and state: the state buffer) -> lower -> emit
+    -> verify
 """
 
 import dataclasses
@@ -14,8 +15,8 @@ from aotplan.core.plan import WEIGHT_PLACEMENTS
 from aotplan.core.errors import ModelError
 from compiler import search
 from compiler.passes import (
-    bn_fold, cse, dce, emit, fold, group, identity, infer, layout, liveness, lower, plan_memory, schedule, unroll,
-    validate, views, weight_layout,
+    bn_fold, cse, dce, emit, fold, group, identity, infer, layout, liveness, lower, plan_memory, schedule, state,
+    unroll, validate, views, weight_layout,
 )
 from aotplan.core import formats, intervals
 
@@ -151,6 +152,8 @@ class Planned:
     n_views: int
     n_parts: int  # concat inputs placed in their concat
     layout: object = None  # passes.layout.Layout: formats, conversions, the policy applied
+    state_offsets: dict = None  # tensor index -> byte offset in the state buffer (passes/state.py)
+    state_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,7 @@ def front(graph, options=Options()):
     """Graph -> Front: the options checked, `prepare`, then the layout pass."""
     check_options(options)
     graph, order, info = prepare(graph, options)
+    state.check_types(graph, info)
     lay = layout.run(graph, order, info, options.format_policy, options.platforms()[0], launch=options.launch)
     debug.log(1, f"layout[{lay.policy}]: {lay.conversions} conversions, "
                  f"{sum(1 for n in lay.order if n.attr('format', 'default') != 'default')} nodes in another format")
@@ -225,12 +229,16 @@ def plan_front(fr, options=Options(), cuts=frozenset()):
     orders = [("default", order)]
     if options.schedule == "memory" and options.launch != "sink":
         orders = schedule.candidates(graph, order, sizes)
+    # (a launch order that reads a state's old value after writing its new one over
+    # the same bytes is no candidate: passes/state.py)
     best = None
     for name, cand in orders:
         for parts in (part_choices if kernel_mode else ({},)):
             gs, lv, b = plan_for(cand, options.launch, view_map, parts)
-            if best is None or b < best[2]:
+            if (best is None or b < best[2]) and not state.conflict(graph, gs):
                 best = (gs, lv, b, name, parts)
+    if best is None:
+        state.check_order(graph, gs)
     groups, live, bound, schedule_name, part_map = best
     inline = inline_choice(groups, live, options)
     if inline:  # the same lifetimes (inline constants are not in the arena), the storage changed
@@ -253,8 +261,9 @@ def plan_front(fr, options=Options(), cuts=frozenset()):
             t = live.tensors[iv.tensor]
             debug.log(2, f"  {t.name:30s} {t.kind:12s} phases {iv.first:4d}..{iv.last:<4d} "
                          f"bytes {mem.offsets[iv.tensor]:>10d}+{t.nbytes}")
+    state_offsets, state_bytes = state.place(graph, live.tensors)
     return Planned(graph, info, tuple(groups), labels, live, mem, schedule_name, plain, shared, len(view_map),
-                   len(part_map), lay)
+                   len(part_map), lay, state_offsets, state_bytes)
 
 
 def inline_choice(groups, live, options):
@@ -301,7 +310,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
         raise ModelError(f"cannot embed executables: they are compiled for this host's device "
                          f"({lower.host_platform()}), which is not among the targets ({', '.join(platforms)}); "
                          f"compile on a {'/'.join(platforms)} host to embed them, or leave out --embed-executables")
-    output_names, n_nodes = graph.outputs, len(graph.nodes)
+    output_names, n_nodes = graph.returned, len(graph.nodes)
     fr = front(graph, options)
     p = plan_front(fr, options)
     if on_start:
@@ -316,9 +325,10 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
         cmap = p.graph.constant_map()
         inline = {t.name: dtypes.to_storage(cmap[t.name].data, t.dtype, f"constant {t.name!r}")
                   for t in p.live.tensors if t.storage == "inline"}
-        return lower.run(p.groups, p.labels, p.live, p.mem, p.graph.outputs, options.launch, options.reuse, native_for,
+        return lower.run(p.groups, p.labels, p.live, p.mem, p.graph.returned, options.launch, options.reuse, native_for,
                          progress, options.targets, p.info, p.layout.formats, options.conv_bands, only=only,
-                         band_floor=band_floor, jobs=options.jobs or None, inline=inline)
+                         band_floor=band_floor, jobs=options.jobs or None, inline=inline,
+                         state=(p.state_offsets, p.state_bytes))
 
     lowered = lowered_for(p, progress)
     if options.launch == "fused" and options.split_groups:
@@ -327,7 +337,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches")
     passes = tuple(p for p in CLEANUP_PASSES if options.runs(p))
     plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes, options.launch,
-                    (p.plain_bound, p.shared_bound))
+                    (p.plain_bound, p.shared_bound), (p.state_offsets, p.state_bytes))
     verify.verify(plan)
     return Result(plan, time.perf_counter() - t0, n_nodes, format_stats(p, lowered))
 

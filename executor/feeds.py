@@ -27,8 +27,9 @@ class FeedCheck:
     session's), `feed_avals` (the avals of the inputs as the kernel that takes the feeds
     declares them) and `array_type` (jax's array type on this jax)."""
 
-    def __init__(self, inputs, device, feed_avals, array_type):
+    def __init__(self, inputs, device, feed_avals, array_type, states=()):
         self.inputs = inputs
+        self.states = frozenset(states)  # the plan's states' names: never fed
         self.device = device
         self._devices = {device}  # what a device-array feed's devices() must be
         # the common feed, checked in a few hundred ns: every input a C-contiguous numpy
@@ -71,6 +72,9 @@ class FeedCheck:
         want = {t.name for t in self.inputs}
         unknown = sorted(set(feeds) - want, key=str)
         if unknown:
+            if unknown[0] in self.states:
+                raise FeedError(f"input {unknown[0]!r} is a state of the plan: it stays on the device across steps "
+                                f"and is not fed (set it with set_state, or reset_state)")
             raise FeedError(f"unknown input {unknown[0]!r} (the plan's inputs: {', '.join(sorted(want))})")
         args = []
         for t in self.inputs:

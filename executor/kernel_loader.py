@@ -20,15 +20,17 @@ def kernel_roles(plan):
     (verify() made the roles distinct.)"""
     T = plan.tensors
     arena_sig = [((plan.arena_bytes // formats.WORD_BYTES,), "uint32")]
+    state_sig = [((plan.memory.state_bytes // formats.WORD_BYTES,), "uint32")]
     sig = lambda idx: [(T[i].shape, dtypes.storage_dtype(T[i].dtype)) for i in idx]  # noqa: E731
     arena_consts = [i for i, t in enumerate(T) if t.kind == "constant" and t.storage == "arena"]
     wants = {}
     for s, l in enumerate(plan.launches):
         k = plan.kernels[l.kernel]
         pool, offs = plan.kernel_args(l)
-        takes = arena_sig + sig(pool) + ([((k.n_offsets,), "int32")] if k.n_offsets else [])
+        buffers = arena_sig + (state_sig if k.state else [])  # (the state buffer: a kernel that touches it)
+        takes = buffers + sig(pool) + ([((k.n_offsets,), "int32")] if k.n_offsets else [])
         takes += sig(plan.inputs) if k.feeds else []
-        returns = arena_sig + (sig(plan.outputs) if k.returns else [])
+        returns = buffers + (sig(plan.outputs) if k.returns else [])
         want = ("launch", takes, returns)
         if wants.setdefault(l.kernel, want) != want:
             raise PlanError(f"launch {s} ({l.node!r}): kernel {k.name!r} is shared with a launch whose "
@@ -98,7 +100,8 @@ def load_kernels(plan, wants, device, source, jobs, progress):
                 raise PlanError(f"kernel {k.name!r} is exported for {', '.join(exp.platforms)}, but the plan's "
                                 f"provenance.platforms says {', '.join(plan.provenance.platforms) or 'none'}: "
                                 f"the plan was altered")
-            donate = role != "output"
+            # the arena, and the state buffer where the kernel takes it, written in place
+            donate = 0 if role == "output" else 2 if k.state else 1
             if n_inputs and (role == "input" or (role == "launch" and k.feeds)):
                 # (check_signature made them the storage dtypes and shapes of the inputs)
                 loaded.feed_avals = list(exp.in_avals[-n_inputs:])

@@ -27,7 +27,7 @@ from aotplan.core.errors import FeedError, ForkError, PlanError
 from aotplan.core.kernels import adopt
 from aotplan.core.plan import Plan
 from executor import feeds as feed_checks
-from executor import kernel_loader, memory_limits, process
+from executor import kernel_loader, memory_limits, process, states
 from executor.arguments import check_progress, resolve_device, short
 
 log = logging.getLogger("aotplan")
@@ -114,7 +114,8 @@ class Session:
         # slower one (`kernels.paths_note` says which)
         self.kernel_paths = {plan.kernels[ki].name: loaded.paths[ki] for ki in sorted(loaded.paths)}
         array_type = type(jax.device_put(np.zeros((), np.float32), self.device))
-        self._feeds = feed_checks.FeedCheck(self._inputs, self.device, loaded.feed_avals, array_type)
+        self._feeds = feed_checks.FeedCheck(self._inputs, self.device, loaded.feed_avals, array_type,
+                                            [st.name for st in plan.states])
         data = {c.tensor: c.data for c in plan.constants}
 
         def host_const(i):
@@ -139,6 +140,11 @@ class Session:
         # step loses the arena (`_fresh_arena`); dropped below with the plan's constants
         self._arena_consts = [host_const(i) for i, t in enumerate(T) if t.kind == "constant" and t.storage == "arena"]
         self._arena = self._fresh_arena()
+        # the state buffer (format 7), beside the arena: placed once, updated in place by
+        # the kernels that touch it, read or written only through the methods below
+        self._states = states.States(plan, data, self.device)
+        self._state = self._states.fresh() if plan.states else None
+        self._state_lost = False
         if not self._host_memory:
             # The device holds the weights now: keep no host copy of them (the plan's
             # constants view the file's bytes, which would otherwise stay for the
@@ -151,6 +157,8 @@ class Session:
             progress("running a warm-up step")
             zeros = {t.name: np.zeros(t.shape, dtypes.np_dtype(t.dtype)) for t in self._inputs}
             jax.block_until_ready(self.run(zeros))
+            if self._state is not None:  # the warm-up step updated the states: back to their initial values
+                self.reset_state()
         self._arena.block_until_ready()
         self.load_seconds = time.perf_counter() - t0
         # native kernels get jax's call path in a background thread started after the
@@ -162,14 +170,15 @@ class Session:
         `kernels_` (at load, and again under the lock when `_adopt` replaces some); the
         session's state changes only once every part is built."""
         plan = self.plan
-        launches = [(kernels_[l.kernel], extra, plan.kernels[l.kernel].feeds, plan.kernels[l.kernel].returns)
+        launches = [(kernels_[l.kernel], extra, plan.kernels[l.kernel].feeds, plan.kernels[l.kernel].returns,
+                     plan.kernels[l.kernel].state)
                     for l, extra in zip(plan.launches, self._extras)]
         in_kernel = kernels_[plan.input_kernel] if plan.input_kernel >= 0 else None
         out_kernel = kernels_[plan.output_kernel] if plan.output_kernel >= 0 else None
         # a sink (one launch that takes the feeds and returns the outputs): _step calls it
         # alone, without the launch loop (a few microseconds of a small model's step)
         one = launches[0] if len(launches) == 1 else None
-        sink = one[:2] if one and one[2] and one[3] and not (in_kernel or out_kernel) else None
+        sink = one[:2] if one and one[2] and one[3] and not (in_kernel or out_kernel or one[4]) else None
         place = kernels_[plan.place_kernel] if plan.place_kernel >= 0 else None
         self._kernels, self._launches, self._in_kernel, self._out_kernel = kernels_, launches, in_kernel, out_kernel
         self._sink, self._place = sink, place
@@ -292,6 +301,56 @@ class Session:
         with self._lock:
             return self._arena.unsafe_buffer_pointer()
 
+    # ------------------------------------------------------------ states
+    @property
+    def state_specs(self):
+        """[(name, dtype, shape)] of the plan's states (tensors kept on the device across
+        steps, never fed or returned: a KV cache)."""
+        return self._states.specs()
+
+    def reset_state(self):
+        """Every state back to its value before the first step (zeros, or the plan's
+        initial value), in place."""
+        self._check_process("Session.reset_state")
+        with self._lock:
+            if self._state is not None:
+                self._state = self._states.reset(self._fresh_state_buffer())
+                self._state_lost = False
+
+    def get_state(self, name):
+        """-> state `name`'s current value, a numpy array of its logical dtype (a copy
+        from the device: for inspection and tests, not for a step's path)."""
+        self._check_process("Session.get_state")
+        with self._lock:
+            self._states.tensor(name)
+            self._check_state()
+            return self._states.get(self._state, name)
+
+    def set_state(self, name, value):
+        """State `name` <- `value`, a numpy array of its dtype and shape, in place
+        (FeedError naming the state if it is not)."""
+        self._check_process("Session.set_state")
+        with self._lock:
+            self._states.tensor(name)
+            self._check_state()
+            self._state = self._states.set(self._state, name, value)
+
+    def state_pointer(self):
+        """The state buffer's device address (None without states): the same from load
+        to close, through steps, `reset_state` and `set_state`."""
+        self._check_process("Session.state_pointer")
+        with self._lock:
+            return None if self._state is None or self._state.is_deleted() else self._state.unsafe_buffer_pointer()
+
+    def _fresh_state_buffer(self):
+        """The state buffer, or a new one where a step lost it."""
+        return self._states.fresh() if self._state.is_deleted() else self._state
+
+    def _check_state(self):
+        if self._state_lost:
+            raise PlanError("this session lost its state (a step was interrupted while a kernel held it): "
+                            "call reset_state()")
+
     # ------------------------------------------------------------ a step
     def check_feeds(self, feeds):
         """-> the feeds in storage dtypes, in the plan's input order (host or device
@@ -356,22 +415,33 @@ class Session:
             kernel, extra = self._sink
             self._arena, *outs = kernel(arena, *extra, *args)  # (nothing to keep if it raises)
             return outs
-        try:  # every launch donates the arena: keep the live one, whatever stops the step
+        state = self._state
+        self._check_state()
+        try:  # every launch donates the arena (and the state): keep the live ones, whatever stops the step
             if self._in_kernel is not None:
                 arena = self._in_kernel(arena, *args)
                 if after:
                     after(-1, None, arena)
             outs = ()
-            for s, (kernel, extra, feeds, returns) in enumerate(self._launches):
-                r = kernel(arena, *extra, *args) if feeds else kernel(arena, *extra)
-                if returns:
-                    arena, *outs = r
+            for s, (kernel, extra, feeds, returns, stateful) in enumerate(self._launches):
+                if stateful:
+                    r = kernel(arena, state, *extra, *args) if feeds else kernel(arena, state, *extra)
+                    arena, state, *outs_ = r
+                    if returns:
+                        outs = outs_
                 else:
-                    arena = r
+                    r = kernel(arena, *extra, *args) if feeds else kernel(arena, *extra)
+                    if returns:
+                        arena, *outs = r
+                    else:
+                        arena = r
                 if after:
                     after(s, self.plan.launches[s], arena)
         finally:
             self._arena = arena
+            self._state = state
+            if state is not None and state.is_deleted():  # (a kernel that held it was interrupted)
+                self._state_lost = True
         if self._out_kernel is not None:
             outs = self._out_kernel(arena)
         return outs

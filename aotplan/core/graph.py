@@ -78,14 +78,36 @@ class Node:
 
 
 @dataclass(frozen=True)
+class State:
+    """A tensor that persists on the device across steps: graph input `input` holds its
+    value before a step, graph output `output` (a "ref output") its value after, written
+    in place over the same bytes. A state's input is never fed and its output never
+    returned; `init` (logical dtype, the input's shape) is its value before the first
+    step, None for zeros."""
+
+    input: str
+    output: str
+    init: np.ndarray = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class Graph:
-    """A model: inputs (with shapes), output names, nodes, constants."""
+    """A model: inputs (with shapes), output names, nodes, constants, and the states
+    (`State`) that pair an input with an output. A state's output is in `outputs` too,
+    so every pass keeps what computes it; `returned` lists the outputs a step returns."""
 
     name: str
     inputs: tuple  # of TensorInfo
     outputs: tuple  # of str
     nodes: tuple  # of Node
     constants: tuple  # of Constant
+    states: tuple = ()  # of State
+
+    @property
+    def returned(self):
+        """The outputs a step returns: `outputs` but the states'."""
+        updates = {s.output for s in self.states}
+        return tuple(o for o in self.outputs if o not in updates)
 
     def constant_map(self):
         return {c.name: c for c in self.constants}

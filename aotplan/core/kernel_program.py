@@ -84,8 +84,9 @@ def tensor_type(shape, dtype):
 def check(name, module, exp, takes, returns, donate, value_limit):
     """Refuse (PlanError naming the kernel and what is wrong) a kernel whose program
     is not one aotplan emits for its role. `takes`/`returns`: the (shape, storage
-    dtype) lists the plan implies (`kernel_roles`); `donate`: whether the arena comes
-    back aliased; `value_limit`: `value_bytes_limit(plan)`."""
+    dtype) lists the plan implies (`kernel_roles`); `donate`: how many leading
+    arguments come back aliased to the same results (1: the arena; 2: the arena and
+    the state buffer; 0: none); `value_limit`: `value_bytes_limit(plan)`."""
     from jax.extend.mlir import ir
 
     with module.context:
@@ -168,13 +169,15 @@ def _check_main(name, main, exp, takes, returns, donate, ir):
     if results != want_results:
         raise PlanError(f"kernel {name!r}: its program returns ({', '.join(results)}), the plan's tensors say "
                         f"({', '.join(want_results)})")
-    if donate and 0 not in kept:
-        raise PlanError(f"kernel {name!r}: its program does not take the arena, which it must write in place")
+    if any(i not in kept for i in range(donate)):
+        raise PlanError(f"kernel {name!r}: its program does not take the "
+                        f"{'arena' if 0 not in kept else 'state buffer'}, which it must write in place")
     for i, attrs in zip(kept, arg_attrs):
         aliased = attrs is not None and "tf.aliasing_output" in attrs
         target = ir.IntegerAttr(attrs["tf.aliasing_output"]).value if aliased else None
-        if (i == 0 and donate) != aliased or (aliased and target != 0):
-            want = "the arena, aliased to the first result" if donate else "nothing aliased"
+        if (i < donate) != aliased or (aliased and target != i):
+            want = ("the arena and the state buffer, aliased to the first two results" if donate == 2 else
+                    "the arena, aliased to the first result" if donate else "nothing aliased")
             raise PlanError(f"kernel {name!r}: its program's argument {i} is "
                             f"{'aliased to result ' + str(target) if aliased else 'not aliased'}; "
                             f"the plan's kernel takes {want}")

@@ -79,9 +79,15 @@ def _fmt(sig):
     return "(" + ", ".join(f"{d}{list(s)}" for s, d in sig) + ")"
 
 
+def donated(donate):
+    """`donate`, how many leading arguments a kernel donates (the arena, then the state
+    buffer; True counts as 1) -> jax's donate_argnums."""
+    return tuple(range(int(donate)))
+
+
 def kernel_function(exp, donate):
-    """The exported program as a jitted function, the arena argument donated if `donate`."""
-    return jax.jit(exp.call, donate_argnums=0) if donate else jax.jit(exp.call)
+    """The exported program as a jitted function, its first `donate` arguments donated."""
+    return jax.jit(exp.call, donate_argnums=donated(donate))
 
 
 def stand_in(exp, donate):
@@ -95,7 +101,7 @@ def stand_in(exp, donate):
         return jax.tree_util.tree_unflatten(exp.out_tree, [jnp.zeros(a.shape, a.dtype) for a in exp.out_avals])
 
     kernel.__name__ = "stand_in"
-    return jax.jit(kernel, donate_argnums=0 if donate else (), keep_unused=True)
+    return jax.jit(kernel, donate_argnums=donated(donate), keep_unused=True)
 
 
 def _plain(exp):
@@ -116,7 +122,7 @@ def _same_signature(compiled, exp, donate):
         ins = jax.tree_util.tree_leaves(compiled.args_info)
         outs = compiled.out_info
         return ([(tuple(a.shape), np.dtype(a.dtype), bool(a.donated)) for a in ins]
-                == [(tuple(a.shape), np.dtype(a.dtype), donate and i == 0) for i, a in enumerate(exp.in_avals)]
+                == [(tuple(a.shape), np.dtype(a.dtype), i < donate) for i, a in enumerate(exp.in_avals)]
                 and jax.tree_util.tree_structure(outs) == exp.out_tree
                 and [(tuple(a.shape), np.dtype(a.dtype)) for a in jax.tree_util.tree_leaves(outs)]
                 == [(tuple(a.shape), np.dtype(a.dtype)) for a in exp.out_avals])

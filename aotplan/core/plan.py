@@ -1,4 +1,5 @@
-"""The plan schema (format 6, `codec.FORMAT_VERSION`): what the compiler decided and the executor obeys.
+"""The plan schema (format 7, `codec.FORMAT_VERSION`; a plan without states is written as
+format 6, which executors before states read): what the compiler decided and the executor obeys.
 
 A plan is plain data. `aotplan.core.codec` turns it into bytes field by field;
 `aotplan.core.verify` checks one that came from outside before anything runs.
@@ -16,12 +17,16 @@ with `feeds`: the first launch of a sink or fused plan) are the plan's inputs, w
 it also writes to their offsets. It returns the arena, then (only for a kernel with
 `returns`: the last launch of a sink or fused plan) the plan's outputs. Kernel-mode
 plans use the separate input and output kernels instead.
+
+A kernel with `state` (format 7) reads or updates the plan's states: it takes the
+state buffer (uint32 words, donated too) right after the arena and returns it right
+after the arena: `kernel(arena, state, *pool, ...) -> (arena, state[, *outputs])`.
 """
 
 from dataclasses import dataclass
 
 LAUNCH_MODES = ("sink", "fused", "kernel")  # see docs/design.md, "Launch modes"
-TENSOR_KINDS = ("input", "output", "constant", "intermediate")
+TENSOR_KINDS = ("input", "output", "constant", "intermediate", "state")
 WEIGHT_PLACEMENTS = ("arena", "pool")
 
 
@@ -32,7 +37,8 @@ class PlanTensor:
     "pool" (a constant held as its own typed device array; offset is -1) or, format 6
     on, "inline" (a small constant of a sink or fused plan compiled into the one kernel
     that reads it as a literal: no argument, no bytes in the plan's constants; offset
-    is -1)."""
+    is -1) or, format 7 on, "state" (a state's value before or after a step, at byte
+    `offset` of the state buffer: `PlanState`)."""
 
     name: str
     kind: str
@@ -87,6 +93,7 @@ class PlanKernel:
     feeds: bool
     returns: bool
     native: bytes = b""
+    state: bool = False  # takes and returns the state buffer after the arena (format 7)
 
 
 @dataclass(frozen=True)
@@ -123,10 +130,28 @@ class MemoryStats:
     plain_bound_bytes: int = 0
     shared_bound_bytes: int = 0
     inline_constant_bytes: int = 0
+    state_bytes: int = 0  # (format 7) the state buffer, held from load to close
 
     @property
     def step_device_bytes(self):
-        return self.arena_bytes + self.constant_pool_bytes + self.inline_constant_bytes + self.max_workspace_bytes
+        return (self.arena_bytes + self.constant_pool_bytes + self.inline_constant_bytes + self.max_workspace_bytes
+                + self.state_bytes)
+
+
+@dataclass(frozen=True)
+class PlanState:
+    """(Format 7.) A tensor that persists on the device across steps, in the state
+    buffer (`memory.state_bytes`, beside the arena: a state inside the arena, updated
+    in place by several writes, makes XLA copy the whole arena every step).
+    `tensor`: its value before a step (kind "state": read, never fed); `update`: its
+    value after (kind "state", the ref output: written in place by one launch, at the
+    same bytes, never returned). Before the first step and after `reset_state` it holds
+    `tensor`'s constant data where the plan has a row for it, else zeros. `name` is
+    the model's input's."""
+
+    name: str
+    tensor: int
+    update: int
 
 
 @dataclass(frozen=True)
@@ -161,6 +186,7 @@ class Plan:
     place_kernel: int  # -1: no arena-resident constants
     memory: MemoryStats
     provenance: Provenance
+    states: tuple = ()  # of PlanState (format 7)
 
     @property
     def has_native(self):

@@ -15,7 +15,7 @@ O(n log n) in the plan's size (`intervals.find_overlap`, a sweep, not all-pairs,
 many tensors are live at once): a plan file cannot make it slow.
 """
 
-from aotplan.core import dtypes, formats, intervals
+from aotplan.core import dtypes, formats, intervals, verify_state
 from aotplan.core.errors import LimitError, PlanError
 from aotplan.core.plan import LAUNCH_MODES, TENSOR_KINDS, WEIGHT_PLACEMENTS
 
@@ -41,13 +41,15 @@ def verify(plan):
     check_header(plan)
     parts = check_tensors(plan)
     check_parts_tile_their_base(plan, parts)
-    check_constants_have_data(plan)
+    olds, updates = verify_state.check_states(plan)
+    check_constants_have_data(plan, olds)
     check_kernel_fields(plan)
     special = check_kernel_roles(plan)
     check_launches(plan, special)
     check_memory_figures(plan)
     check_inputs_and_outputs_listed(plan)
     steps = check_reads_follow_writes(plan, parts)
+    verify_state.check_launches(plan, olds, updates)
     check_inline_constants_read_once(plan)
     check_every_kernel_runs(plan, special)
     check_no_live_tensors_overlap(plan, steps)
@@ -129,6 +131,8 @@ def check_tensors(plan):
         elif t.storage == "pool":
             if t.kind != "constant" or t.offset != -1 or t.base != -1 or t.runs != 1:
                 _fail(f"{w}: only constants live in the pool, with offset -1, in one run")
+        elif t.storage == "state":
+            verify_state.check_tensor(plan, t, w)
         elif t.storage == "inline":
             if t.kind != "constant" or t.offset != -1 or t.base != -1 or t.runs != 1 or t.format != "default":
                 _fail(f"{w}: only constants are inline, with offset -1, in one run, in the default format")
@@ -136,6 +140,8 @@ def check_tensors(plan):
                 _fail(f"{w}: a kernel-mode plan compiles no constants into its kernels")
         else:
             _fail(f"{w}: unknown storage {t.storage!r}")
+        if t.kind == "state" and t.storage != "state":
+            _fail(f"{w}: a state tensor lives in the state buffer, not in storage {t.storage!r}")
         if t.base != -1:
             b = plan.tensors[_index(t.base, n, f"{w}: base")]
             if b.base != -1 or t.base == i:
@@ -176,15 +182,17 @@ def check_parts_tile_their_base(plan, parts):
                   f"{base.offset + base.nbytes}")
 
 
-def check_constants_have_data(plan):
-    """Every constant that is not inline has data of its bytes, given once."""
+def check_constants_have_data(plan, olds=()):
+    """Every constant that is not inline has data of its bytes, given once; a state's
+    value before the first step (`olds`: its tensor) may have data (else zeros)."""
     n = len(plan.tensors)
     seen = set()
     for i, c in enumerate(plan.constants):
         _index(c.tensor, n, f"constants[{i}].tensor")
         t = plan.tensors[c.tensor]
-        if t.kind != "constant" or c.tensor in seen:
-            _fail(f"constants[{i}] refers to {t.name!r}, which is not a constant or already has data")
+        if (t.kind != "constant" and c.tensor not in olds) or c.tensor in seen:
+            _fail(f"constants[{i}] refers to {t.name!r}, which is not a constant or a state's initial value, or "
+                  f"already has data")
         if t.storage == "inline":
             _fail(f"constants[{i}] refers to {t.name!r}, an inline constant (its values are in the kernel)")
         if len(c.data) != t.nbytes:
@@ -207,6 +215,8 @@ def check_kernel_fields(plan):
                   f"launch of a sink or fused plan do")
         if k.native and not plan.provenance.native_fingerprint:
             _fail(f"kernel {k.name!r} carries a native executable, but the plan names no host fingerprint")
+        if k.state and not plan.states:
+            _fail(f"kernel {k.name!r} takes the state buffer, but the plan has no states")
 
 
 def check_kernel_roles(plan):
@@ -249,9 +259,10 @@ def check_kernel_roles(plan):
         ki = getattr(plan, field)
         if ki != -1:
             k = plan.kernels[_index(ki, nk, field)]
-            if k.n_offsets or k.feeds or k.returns:
-                _fail(f"kernel {k.name!r} is the {field.replace('_', ' ')}, which takes no offsets, feeds or "
-                      f"returns flags (n_offsets {k.n_offsets}, feeds {k.feeds}, returns {k.returns})")
+            if k.n_offsets or k.feeds or k.returns or k.state:
+                _fail(f"kernel {k.name!r} is the {field.replace('_', ' ')}, which takes no offsets, feeds, state or "
+                      f"returns flags (n_offsets {k.n_offsets}, feeds {k.feeds}, state {k.state}, "
+                      f"returns {k.returns})")
     return special
 
 
@@ -295,6 +306,10 @@ def check_memory_figures(plan):
         _fail(f"memory: model bounds {m.plain_bound_bytes}, {m.shared_bound_bytes} must be >= 0")
     if not 0 <= m.lower_bound_bytes <= plan.arena_bytes or m.naive_bytes < 0:
         _fail(f"memory: lower bound {m.lower_bound_bytes} must lie in [0, arena_bytes], naive bytes >= 0")
+    end = max((t.offset + t.nbytes for t in plan.tensors if t.storage == "state"), default=0)
+    if m.state_bytes != formats.align_up(end, formats.WORD_BYTES):
+        _fail(f"memory.state_bytes {m.state_bytes} != {formats.align_up(end, formats.WORD_BYTES)}, where the "
+              f"last state ends")
 
 
 def check_inputs_and_outputs_listed(plan):
@@ -343,7 +358,7 @@ def check_reads_follow_writes(plan, parts):
         for j in l.writes:
             _index(j, n, f"{w} write")
             t = plan.tensors[j]
-            if t.kind in ("input", "constant") or t.storage != "arena":
+            if t.kind in ("input", "constant") or t.storage not in ("arena", "state"):
                 _fail(f"{w} writes {t.name!r}, a {t.kind}")
             if j in written:
                 _fail(f"{w} writes {t.name!r}, which an earlier launch already wrote")

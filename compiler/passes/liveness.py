@@ -6,6 +6,9 @@ kernel mode every node output; otherwise the graph's outputs and the tensors a l
 launch reads (see passes/group.py). With weights in the pool, constants are not arena
 tensors and get no interval.
 
+A state's input and output (`Graph.states`) are "state" tensors in the state buffer,
+outside the arena: they get no interval.
+
 Lifetimes are in phases (aotplan.core.intervals.phases): with `inplace`, a launch's output
 may take the bytes of an input that dies in it. `views`: names of node outputs that
 are views (a reshape of an arena tensor, passes/views.py: no launch, no bytes of their
@@ -25,7 +28,7 @@ class TensorRecord:
     dtype: str
     shape: tuple
     nbytes: int
-    storage: str  # "arena" | "pool" | "inline"
+    storage: str  # "arena" | "pool" | "inline" | "state"
     base: int = -1  # a view or a part: the index of the tensor whose bytes it is in
     runs: int = 1  # a part: runs of nbytes/runs bytes, `stride` bytes apart, the first
     stride: int = 0  # `delta` bytes after its base's offset
@@ -67,7 +70,9 @@ def run(graph, groups, info, weights, materialize_all=True, alignment=formats.AL
         for n in g:
             crossing.update(i for i in n.inputs if made_in.get(i, gi) != gi)
             made_in.update((o, gi) for o in n.outputs)
-    recs = [rec(t.name, "input", t, "arena") for t in graph.inputs]
+    stated = {n for st in graph.states for n in (st.input, st.output)}  # in the state buffer, not the arena
+    recs = [rec(t.name, "state", t, "state") if t.name in stated else rec(t.name, "input", t, "arena")
+            for t in graph.inputs]
     recs += [rec(c.name, "constant", c, "inline" if c.name in inline else "pool" if weights == "pool" else "arena")
              for c in graph.constants if c.name in read]
     by_output = {o: n for n in graph.nodes for o in n.outputs}
@@ -80,7 +85,9 @@ def run(graph, groups, info, weights, materialize_all=True, alignment=formats.AL
         for o in n.outputs:
             if o in views:
                 continue
-            if materialize_all or o in crossing:
+            if o in stated:
+                recs.append(rec(o, "state", info[o], "state"))
+            elif materialize_all or o in crossing:
                 t = info[o]
                 recs.append(rec(o, "output" if o in outputs else "intermediate", t, "arena"))
     idx = {t.name: i for i, t in enumerate(recs)}

@@ -47,6 +47,7 @@ class LoweredKernel:
     native: bytes
     alias_bytes: int
     relayouts: tuple = (0, 0)  # (transposes, copies) in the compiled HLO on the build host
+    state: bool = False  # takes and returns the state buffer after the arena
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class _Exporter:
         """-> a function that returns (exported bytes, temp bytes, alias bytes, native
         bytes, relayouts) once XLA has compiled the kernel."""
         fn.__name__ = name
-        jitted = jax.jit(fn, donate_argnums=0) if donate else jax.jit(fn)
+        jitted = jax.jit(fn, donate_argnums=kernels.donated(donate))
         host = host_platform()
         with jax_config.traceback_in_locations_limit(0):
             exp = jax.export.export(jitted, platforms=self.targets)(*specs)
@@ -140,7 +141,7 @@ def group_key(group, reads, writes, recs):
     return (tuple((recs[t].dtype, recs[t].shape, recs[t].format, recs[t].storage, recs[t].runs, recs[t].stride,
                    recs[t].name if recs[t].storage == "inline" else None) for t in reads),
             tuple(nodes), tuple((ref[recs[t].name], recs[t].dtype, recs[t].shape, recs[t].format, recs[t].runs,
-                                 recs[t].stride) for t in writes))
+                                 recs[t].stride, recs[t].storage) for t in writes))
 
 
 def launch_keys(groups, steps, recs, mode):
@@ -156,8 +157,14 @@ def launch_keys(groups, steps, recs, mode):
     return keys, uses
 
 
-def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, info, fmts, inline):
-    """The kernel function: (arena, *pool, [offsets], [*feeds]) -> arena [, *returns].
+def touches_state(reads, writes, recs):
+    return any(recs[t].storage == "state" for t in (*reads, *writes))
+
+
+def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, info, fmts, inline, state_offsets):
+    """The kernel function: (arena, *pool, [offsets], [*feeds]) -> arena [, *returns],
+    or, where the group reads or writes a state (`state_offsets`: tensor -> byte offset
+    in the state buffer), (arena, state, *pool, ...) -> (arena, state [, *returns]).
     `feeds`: the plan's inputs, taken as arguments (and written to their offsets);
     `returns`: the plan's outputs, returned (from this group, or read from the arena);
     `inline`: inline constants' values (name -> numpy array in the storage dtype),
@@ -166,20 +173,27 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, 
     pool_reads = [t for t in reads if recs[t].storage == "pool"]
     inline_reads = [t for t in reads if recs[t].storage == "inline"]
     arena_reads = [t for t in reads if recs[t].storage == "arena" and t not in feeds]
+    state_reads = [t for t in reads if recs[t].storage == "state"]
     n_pool = len(pool_reads)
+    stateful = touches_state(reads, writes, recs)
 
     def kernel(arena, *args):
+        state = None
+        if stateful:
+            state, args = args[0], args[1:]
         pool_vals, rest = args[:n_pool], args[n_pool:]
         if dynamic:
             offs, rest = rest[0], rest[1:]
             word = dict(zip(arena_reads + list(writes), (offs[j] for j in range(len(arena_reads) + len(writes)))))
         else:
-            word = {t: _word(offsets[t]) for t in arena_reads + list(writes)}
+            word = {t: _word(offsets[t]) for t in arena_reads + list(writes) if recs[t].storage == "arena"}
         env = {recs[t].name: v for t, v in zip(pool_reads, pool_vals)}
         env.update((recs[t].name, jnp.asarray(inline[recs[t].name])) for t in inline_reads)
         for t in arena_reads:
             r = recs[t]
             env[r.name] = arena_io.read_runs(arena, word[t], r.dtype, _dev(r), r.runs, _word(r.stride))
+        for t in state_reads:
+            env[recs[t].name] = arena_io.read(state, _word(state_offsets[t]), recs[t].dtype, _dev(recs[t]))
         for t, v in zip(feeds, rest):  # the inputs come as arguments; keep them in the arena too
             arena = arena_io.write(arena, _word(offsets[t]), recs[t].dtype, v)
             env[recs[t].name] = v
@@ -196,12 +210,16 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, 
             if v.shape != _dev(r) or v.dtype != want:
                 raise ModelError(f"tensor {r.name!r}: lowering produced {v.dtype}{list(v.shape)}, the shape rule "
                                  f"said {r.dtype}{list(_dev(r))} in format {r.format} (an op library bug)")
-            arena = arena_io.write_runs(arena, word[t], r.dtype, v, r.runs, _word(r.stride))
+            if r.storage == "state":  # (written in place: the state buffer is donated too)
+                state = arena_io.write(state, _word(state_offsets[t]), r.dtype, v)
+            else:
+                arena = arena_io.write_runs(arena, word[t], r.dtype, v, r.runs, _word(r.stride))
+        buffers = (arena, state) if stateful else (arena,)
         if returns is None:
-            return arena
+            return buffers if stateful else arena
         outs = [env[recs[t].name] if recs[t].name in env else
                 arena_io.read(arena, _word(offsets[t]), recs[t].dtype, recs[t].shape) for t in returns]
-        return (arena, *outs)
+        return (*buffers, *outs)
 
     return kernel, pool_reads
 
@@ -260,7 +278,7 @@ def _kernel_name(k, group):
 
 def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None,
         targets=None, info=None, fmts=None, bands=True, only=None, band_floor=MIN_REFINED_WORKSPACE, jobs=None,
-        inline=None):
+        inline=None, state=None):
     """-> Lowered. `groups`/`labels`: the launches (passes/group.py); `targets`: the
     platforms to export for (default: this host's); `info`: tensor name -> logical
     TensorInfo; `fmts`: tensor name -> storage format (passes/layout.py); `bands`:
@@ -272,7 +290,8 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     the compile has decided to refine). `jobs`: XLA compiles at once (default:
     `xla_options.default_jobs()`; the plan is the same for any number). `inline`: the
     values of the constants whose storage is "inline" (name -> numpy array in the
-    storage dtype)."""
+    storage dtype). `state`: (tensor index -> byte offset in the state buffer, the
+    buffer's bytes), where the model has states (passes/state.py)."""
     fmts, inline = fmts or {}, inline or {}
     held = {t.name for t in liveness.tensors if t.storage == "inline"}
     if held != set(inline):
@@ -281,15 +300,17 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     export = _Exporter(native_for, targets, xla_options.default_jobs() if jobs is None else jobs)
     try:
         return _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands,
-                    only, band_floor, inline)
+                    only, band_floor, inline, state or ({}, 0))
     finally:
         export.close()
 
 
 def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands, only,
-         band_floor, inline):
+         band_floor, inline, state):
     recs, idx, offsets = liveness.tensors, liveness.index(), mem.offsets
+    state_offsets, state_bytes = state
     arena_spec = jax.ShapeDtypeStruct((mem.arena_bytes // formats.WORD_BYTES,), jnp.uint32)
+    state_spec = jax.ShapeDtypeStruct((state_bytes // formats.WORD_BYTES,), jnp.uint32)
     kernels, launches = [], []
     inputs = [i for i, t in enumerate(recs) if t.kind == "input"]
     outputs = [idx[o] for o in output_names]
@@ -319,20 +340,22 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
                       for n in groups[s])
         reads, writes = liveness.steps[s]
         takes_feeds, gives_outputs = ends[s]
-        dynamic = reuse and not sink and uses[keys[s]] > 1 and not (takes_feeds or gives_outputs)
+        # (a kernel that touches the state buffer runs one launch: its offsets are static)
+        stateful = touches_state(reads, writes, recs)
+        dynamic = reuse and not sink and uses[keys[s]] > 1 and not (takes_feeds or gives_outputs or stateful)
         feeds = tuple(inputs) if takes_feeds else ()
         fn, pool_reads = _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds,
-                                       tuple(outputs) if gives_outputs else None, info, fmts, inline)
+                                       tuple(outputs) if gives_outputs else None, info, fmts, inline, state_offsets)
         n_off = sum(1 for t in reads if recs[t].storage == "arena") + len(writes) if dynamic else 0
-        specs = [arena_spec] + [_spec(recs[t]) for t in pool_reads]
+        specs = [arena_spec] + ([state_spec] if stateful else []) + [_spec(recs[t]) for t in pool_reads]
         if dynamic:
             specs.append(jax.ShapeDtypeStruct((n_off,), jnp.int32))
         specs += [_spec(recs[t]) for t in feeds]
-        compiled = export(name, fn, specs)
+        compiled = export(name, fn, specs, 2 if stateful else 1)
 
         def kernel():
             blob, temp, alias, nat, moves = compiled()
-            return LoweredKernel(name, blob, temp, n_off, takes_feeds, gives_outputs, nat, alias, moves)
+            return LoweredKernel(name, blob, temp, n_off, takes_feeds, gives_outputs, nat, alias, moves, stateful)
         return kernel, dynamic
 
     first = {}  # kernel -> the first launch it runs

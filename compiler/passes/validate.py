@@ -4,11 +4,14 @@ Rejects (naming the node or tensor): unknown ops and attributes, wrong input cou
 tensor names, names with control characters, inputs nobody produces, outputs nobody produces, cycles. Returns the
 graph with two changes: empty names (`""`) at the end of a node's inputs, ONNX's omitted
 optional inputs, are dropped; and a graph output that is a graph input or a constant
-gets an `identity` node, so that every output is written by a launch.
+gets an `identity` node, so that every output is written by a launch (a state's
+output follows the rename). States (`Graph.states`) pair a graph input with a graph
+output, each once.
 """
 
 import dataclasses
 
+from aotplan.core import dtypes
 from aotplan.core.errors import ModelError
 from aotplan.core.graph import Node, has_control_char
 from compiler import ops
@@ -98,7 +101,9 @@ def run(graph):
             raise ModelError(f"output {o!r} is not produced by any node, input or constant")
     _check_acyclic(graph)
 
-    extra, outputs = [], []
+    _check_states(graph, producer)
+
+    extra, outputs, renamed = [], [], {}
     for o in graph.outputs:
         if producer[o] in ("graph input", "constant"):
             name = _fresh(f"{o}.out", producer, node_names)
@@ -106,11 +111,39 @@ def run(graph):
             node_names.add(name)
             extra.append(Node(name, "identity", (o,), (name,)))
             outputs.append(name)
+            renamed[o] = name
         else:
             outputs.append(o)
     if extra:
-        return dataclasses.replace(graph, nodes=graph.nodes + tuple(extra), outputs=tuple(outputs))
+        states = tuple(dataclasses.replace(st, output=renamed.get(st.output, st.output)) for st in graph.states)
+        return dataclasses.replace(graph, nodes=graph.nodes + tuple(extra), outputs=tuple(outputs), states=states)
     return graph
+
+
+def _check_states(graph, producer):
+    """Each state pairs a graph input with a graph output, each in one state; an initial
+    value has the input's dtype and shape. (Their shapes must agree too: `infer` knows
+    the output's, `compiler.passes.state` checks it.)"""
+    inputs = {t.name: t for t in graph.inputs}
+    seen = {}
+    for st in graph.states:
+        w = f"state {st.output}={st.input}"
+        if st.input not in inputs:
+            kind = producer.get(st.input)
+            raise ModelError(f"{w}: {st.input!r} is not a graph input"
+                             + (f" (it is {'a ' + kind if kind in ('constant', 'graph input') else kind})"
+                                if kind else ""))
+        if st.output not in graph.outputs:
+            raise ModelError(f"{w}: {st.output!r} is not a graph output")
+        for name in (st.input, st.output):
+            if name in seen:
+                raise ModelError(f"{w}: {name!r} is already in state {seen[name]}")
+            seen[name] = w[len("state "):]
+        t = inputs[st.input]
+        if st.init is not None and (str(st.init.dtype) != dtypes.np_dtype(t.dtype).name
+                                    or tuple(st.init.shape) != t.shape):
+            raise ModelError(f"{w}: its initial value is {st.init.dtype}{list(st.init.shape)}, the input "
+                             f"{st.input!r} is {t.dtype}{list(t.shape)}")
 
 
 def _fresh(base, *taken):

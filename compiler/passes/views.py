@@ -21,12 +21,13 @@ def find(order, graph, info):
     """-> {view tensor: the tensor it reshapes}, in schedule order."""
     consts = {c.name for c in graph.constants}
     outputs = set(graph.outputs)
+    held = consts | {t for st in graph.states for t in (st.input, st.output)}  # (a state is in the state buffer)
     views = {}
     for n in order:
         if n.op not in VIEW_OPS or len(n.outputs) != 1:
             continue
         x, y = n.inputs[0], n.outputs[0]
-        if y in outputs or x in consts or info[x].dtype != info[y].dtype:
+        if y in outputs or x in held or info[x].dtype != info[y].dtype:
             continue
         views[y] = x
     return views

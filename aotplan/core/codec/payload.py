@@ -8,9 +8,10 @@ from aotplan.core.codec.data import DATA_ALIGN, DATA_CHUNK, chunk_digests, data_
 from aotplan.core.codec.fields import check, exact_fields, get, ints, row, strs
 from aotplan.core.codec.upgrades import PAYLOAD_FIELDS
 from aotplan.core.errors import PlanError
-from aotplan.core.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanTensor, Provenance
+from aotplan.core.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanState, PlanTensor, Provenance
 
-FORMAT_VERSION = 6  # what `encode_payload` writes
+FORMAT_VERSION = 7  # the newest format, what `encode_payload` writes for a plan with states
+STATELESS_VERSION = 6  # what it writes for a plan without: the bytes executors before states read
 
 # Limits for the payload decoder: a corrupt length field must not allocate gigabytes.
 # Each is also capped by the payload's size (`_limits`): an element takes at least a byte.
@@ -28,8 +29,20 @@ def _tensor(t):
             t.base, t.runs, t.stride, list(t.padding)]
 
 
-def _kernel(k):
-    return [k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, k.returns, k.native]
+def _kernel(k, version):
+    return [k.name, k.exported, k.workspace_bytes, k.n_offsets, k.feeds, k.returns, k.native] + (
+        [k.state] if version >= 7 else [])
+
+
+def has_state(plan):
+    return bool(plan.states or plan.memory.state_bytes or any(k.state for k in plan.kernels)
+                or any(t.kind == "state" or t.storage == "state" for t in plan.tensors))
+
+
+def version_of(plan):
+    """The format a plan is written in: the oldest that holds it (6 without states, so
+    a stateless plan's bytes are those of aotplan 0.6 and its executors read them)."""
+    return FORMAT_VERSION if has_state(plan) else STATELESS_VERSION
 
 
 def _launch(l):
@@ -37,13 +50,16 @@ def _launch(l):
 
 
 def encode_payload(plan, constant_rows=None, digests=None):
-    """The payload's bytes (the current format). It needs the data section's constant
-    rows and chunk digests (`data_section`, `chunk_digests`)."""
+    """The payload's bytes, in format `version_of(plan)`. It needs the data section's
+    constant rows and chunk digests (`data_section`, `chunk_digests`)."""
     m, p = plan.memory, plan.provenance
+    version = version_of(plan)
     if constant_rows is None:
         constant_rows, data = data_section(plan.constants)
         digests = chunk_digests(data)
-    return msgpack.packb({
+    memory = [m.arena_bytes, m.lower_bound_bytes, m.naive_bytes, m.constant_pool_bytes, m.max_workspace_bytes,
+              m.plain_bound_bytes, m.shared_bound_bytes, m.inline_constant_bytes]
+    fields = {
         "launch_mode": plan.launch_mode,
         "weights": plan.weights,
         "planner": plan.planner,
@@ -53,7 +69,7 @@ def encode_payload(plan, constant_rows=None, digests=None):
         "tensors": [_tensor(t) for t in plan.tensors],
         "constants": constant_rows,
         "data_sha256": digests,
-        "kernels": [_kernel(k) for k in plan.kernels],
+        "kernels": [_kernel(k, version) for k in plan.kernels],
         "launches": [_launch(l) for l in plan.launches],
         "inputs": list(plan.inputs),
         "outputs": list(plan.outputs),
@@ -61,11 +77,13 @@ def encode_payload(plan, constant_rows=None, digests=None):
         "input_kernel": plan.input_kernel,
         "output_kernel": plan.output_kernel,
         "place_kernel": plan.place_kernel,
-        "memory": [m.arena_bytes, m.lower_bound_bytes, m.naive_bytes, m.constant_pool_bytes, m.max_workspace_bytes,
-                   m.plain_bound_bytes, m.shared_bound_bytes, m.inline_constant_bytes],
+        "memory": memory + ([m.state_bytes] if version >= 7 else []),
         "provenance": [p.model_name, p.model_digest, p.aotplan_version, p.jax_version, p.jaxlib_version,
                        list(p.platforms), p.native_fingerprint],
-    }, use_bin_type=True)
+    }
+    if version >= 7:
+        fields["states"] = [[s.name, s.tensor, s.update] for s in plan.states]
+    return msgpack.packb(fields, use_bin_type=True)
 
 
 # ---------------------------------------------------------------- decoding
@@ -84,11 +102,19 @@ def _decode_tensor(r, i):
 
 def _decode_kernel(r, i):
     f = f"kernels[{i}]"
-    r = row(r, 7, f)
+    r = row(r, 8, f)
     return PlanKernel(name=check(r[0], str, f + ".name"), exported=check(r[1], bytes, f + ".exported"),
                       workspace_bytes=check(r[2], int, f + ".workspace_bytes"),
                       n_offsets=check(r[3], int, f + ".n_offsets"), feeds=check(r[4], bool, f + ".feeds"),
-                      returns=check(r[5], bool, f + ".returns"), native=check(r[6], bytes, f + ".native"))
+                      returns=check(r[5], bool, f + ".returns"), native=check(r[6], bytes, f + ".native"),
+                      state=check(r[7], bool, f + ".state"))
+
+
+def _decode_state(r, i):
+    f = f"states[{i}]"
+    r = row(r, 3, f)
+    return PlanState(name=check(r[0], str, f + ".name"), tensor=check(r[1], int, f + ".tensor"),
+                     update=check(r[2], int, f + ".update"))
 
 
 def _decode_launch(r, i):
@@ -139,7 +165,7 @@ def decode_payload(payload, version=FORMAT_VERSION, section=b""):
     m, section = upgrades.upgrade(m, version, section)
     exact_fields(m, PAYLOAD_FIELDS, "plan")
     consts = constants_in(get(m, "constants", list), get(m, "data_sha256", list), section)
-    mem = ints(row(get(m, "memory", list), 8, "memory"), "memory")
+    mem = ints(row(get(m, "memory", list), 9, "memory"), "memory")
     prov = row(get(m, "provenance", list), 7, "provenance")
     for i in (0, 1, 2, 3, 4, 6):
         check(prov[i], str, f"provenance[{i}]")
@@ -161,4 +187,5 @@ def decode_payload(payload, version=FORMAT_VERSION, section=b""):
         place_kernel=get(m, "place_kernel", int),
         memory=MemoryStats(*mem),
         provenance=Provenance(prov[0], prov[1], prov[2], prov[3], prov[4], tuple(prov[5]), prov[6]),
+        states=tuple(_decode_state(r, i) for i, r in enumerate(get(m, "states", list))),
     )

@@ -13,8 +13,10 @@ PAYLOAD_FIELDS_2 = ("launch_mode", "weights", "planner", "passes", "alignment", 
                     "kernels", "launches", "inputs", "outputs", "output_names", "input_kernel", "output_kernel",
                     "place_kernel", "memory", "provenance")
 PAYLOAD_FIELDS_5 = PAYLOAD_FIELDS_2 + ("data_sha256",)  # format 5's `data_sha256`; 6 added none
-PAYLOAD_FIELDS = PAYLOAD_FIELDS_5  # the current format's
-FIELDS_OF = {2: PAYLOAD_FIELDS_2, 3: PAYLOAD_FIELDS_2, 4: PAYLOAD_FIELDS_2, 5: PAYLOAD_FIELDS_5, 6: PAYLOAD_FIELDS_5}
+PAYLOAD_FIELDS_7 = PAYLOAD_FIELDS_5 + ("states",)
+PAYLOAD_FIELDS = PAYLOAD_FIELDS_7  # the current format's
+FIELDS_OF = {2: PAYLOAD_FIELDS_2, 3: PAYLOAD_FIELDS_2, 4: PAYLOAD_FIELDS_2, 5: PAYLOAD_FIELDS_5, 6: PAYLOAD_FIELDS_5,
+             7: PAYLOAD_FIELDS_7}
 
 
 def _tensor_rows(m, n):
@@ -64,7 +66,21 @@ def to_6(m, section, version):
     return m, section
 
 
-STEPS = {2: to_3, 3: to_4, 4: to_5, 5: to_6}  # format v -> the step to v + 1
+def to_7(m, section, version):
+    """Format 7 added states: the "state" kind and storage, `states`, kernel rows'
+    `state` flag and `memory`'s state_bytes. An older plan has none (and says so,
+    where a row claims one). Format 7 is written only for plans with states."""
+    for i, r in enumerate(_tensor_rows(m, 13)):
+        if r[1] == "state" or r[6] == "state":
+            raise PlanError(f"plan field tensors[{i}]: 'state' is a format 7 kind and storage, this plan says "
+                            f"format {version}")
+    m["kernels"] = [row(r, 7, f"kernels[{i}]") + [False] for i, r in enumerate(get(m, "kernels", list))]
+    m["memory"] = list(row(get(m, "memory", list), 8, "memory")) + [0]
+    m["states"] = []
+    return m, section
+
+
+STEPS = {2: to_3, 3: to_4, 4: to_5, 5: to_6, 6: to_7}  # format v -> the step to v + 1
 
 
 def upgrade(m, version, section):
