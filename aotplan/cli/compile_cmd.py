@@ -10,7 +10,7 @@ from aotplan.core import fileio
 from aotplan.core.errors import AotplanError
 from aotplan.cli.app import Path, handle_errors, main
 from aotplan.cli.files import refuse_overwriting_inputs, refuse_unwritable
-from aotplan.cli.models import FREEZE_HELP, INPUT_SHAPE_HELP, OUTSIDE_WEIGHTS_HELP, load_model
+from aotplan.cli.models import FREEZE_HELP, INPUT_SHAPE_HELP, OUTSIDE_WEIGHTS_HELP, STATE_HELP, load_model
 from aotplan.cli.text import fmt_bytes, plural
 
 
@@ -45,6 +45,7 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
                    "name as the plan records it: model.json's \"name\" field).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=INPUT_SHAPE_HELP)
 @click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy", help=FREEZE_HELP)
+@click.option("--state", "states", multiple=True, metavar="OUT=IN", help=STATE_HELP)
 @click.option("--launch", type=click.Choice(LAUNCH_MODES), default="sink", show_default=True,
               help="Launch granularity: sink = the whole step is one XLA program (fastest); fused = one launch "
                    "per group (a contraction and the cheap ops around it), tensors crossing groups live in the "
@@ -120,7 +121,7 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, disabled_opts, launch,
                 fuse_min_flops, no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement,
                 schedule, format_policy, no_conv_bands, jobs, inline_bytes, allow_outside_weights,
-                max_unrolled_nodes):
+                max_unrolled_nodes, states):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
     off = set(disabled_opts)
     if "placement" in off and placement == "always":
@@ -174,7 +175,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     else:
         refuse_unwritable(".", "the plan in the current folder (no -o given)", folder=True)
     try:
-        graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights)
+        graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights, states)
         res = pipeline.compile_graph(graph, digest, opts, progress=lambda k: "b" in bar and bar["b"].update(k),
                                      on_start=on_start)
     finally:
@@ -222,6 +223,10 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                f"{plural(fs.conversions, 'conversion')} ({fmt_bytes(fs.conversion_bytes)} per step), "
                f"{plural(fs.relayouts, 'node')} with a relayout inside its kernel; the compiled kernels run "
                f"{plural(fs.transposes, 'transpose')} and {plural(fs.copies, 'copy')} per step")
+    if plan.states:
+        click.echo(f"  states: {plural(len(plan.states), 'tensor')} kept on the device across steps "
+                   f"({', '.join(st.name for st in plan.states)}), a buffer of {fmt_bytes(m.state_bytes)} beside "
+                   f"the arena")
     click.echo(f"  device memory per step: {fmt_bytes(m.step_device_bytes)}; compile time {res.seconds:.2f} s")
 
 

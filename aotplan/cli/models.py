@@ -23,24 +23,67 @@ def parse_shapes(specs):
     return shapes
 
 
-def load_model(model, input_shapes, frozen=(), allow_outside_weights=False):
+def load_model(model, input_shapes, frozen=(), allow_outside_weights=False, states=()):
     """model.json or .onnx -> (Graph, digest), with the --freeze-input values (`frozen`:
     NAME=FILE.npy specs) made constants (an ONNX model's declared outputs are checked
-    after that, when every shape is known). `allow_outside_weights`: a model.json's
-    weights file may lie outside its folder."""
+    after that, when every shape is known) and the --state pairs (`states`: OUT=IN
+    specs) made states. `allow_outside_weights`: a model.json's weights file may lie
+    outside its folder."""
     from aotplan.core import model_json
 
     if model.lower().endswith(".onnx"):
         from compiler.frontends import onnx_import
 
-        return onnx_import.load(model, parse_shapes(input_shapes), freeze=freezer(frozen))
+        graph, digest = onnx_import.load(model, parse_shapes(input_shapes), freeze=freezer(frozen))
+        return with_states(graph, digest, states)
     if input_shapes:
         raise AotplanError("--input-shape applies to ONNX models; model.json shapes are already static")
     graph, digest = model_json.load(model, allow_outside_weights)
     if frozen:
         graph = freezer(frozen)(graph)
         digest = model_json.graph_digest(graph)
-    return graph, digest
+    return with_states(graph, digest, states)
+
+
+def parse_states(specs):
+    """--state OUT=IN specs -> [(OUT, IN)]."""
+    pairs = []
+    for spec in specs:
+        out, sep, inp = spec.partition("=")
+        if not sep or not out or not inp:
+            raise AotplanError(f"--state {spec!r}: expected OUT=IN, a graph output and the graph input it updates")
+        pairs.append((out, inp))
+    return pairs
+
+
+def with_states(graph, digest, specs):
+    """The graph with each --state OUT=IN pair a state (zeros before the first step),
+    and its digest covering them; the graph's checks (`validate`) name a missing input
+    or output, the compile mismatched shapes or dtypes."""
+    if not specs:
+        return graph, digest
+    import dataclasses
+    import hashlib
+
+    from aotplan.core.graph import State
+
+    pairs = parse_states(specs)
+    inputs = {t.name for t in graph.inputs}
+    for out, inp in pairs:
+        if inp not in inputs:
+            raise AotplanError(f"--state {out}={inp}: {inp!r} is not a graph input (inputs: "
+                               f"{', '.join(sorted(inputs)) or 'none'})")
+        if out not in graph.outputs:
+            raise AotplanError(f"--state {out}={inp}: {out!r} is not a graph output (outputs: "
+                               f"{', '.join(graph.outputs) or 'none'})")
+    graph = dataclasses.replace(graph, states=graph.states + tuple(State(inp, out) for out, inp in pairs))
+    return graph, hashlib.sha256(f"{digest} states {pairs!r}".encode()).hexdigest()
+
+
+STATE_HELP = ("Keep a tensor on the device across steps (a KV cache): graph output OUT is written in place over "
+              "graph input IN (same dtype and shape), which is then neither fed nor returned; it starts as zeros "
+              "(Session.reset_state, get_state, set_state). Repeatable. model.json may declare them itself "
+              "(`states`).")
 
 
 def freezer(frozen):

@@ -8,8 +8,15 @@
                   "tensors": [{"name": "conv1.w", "dtype": "float32", "shape": [16, 3, 3, 3]}]},
       "constants": [{"name": "axes", "dtype": "int64", "shape": [1], "value": [1]}],
       "nodes": [{"name": "conv1", "op": "conv2d", "inputs": ["x", "conv1.w"],
-                 "outputs": ["h1"], "attrs": {"pads": [1, 1, 1, 1]}}]
+                 "outputs": ["h1"], "attrs": {"pads": [1, 1, 1, 1]}}],
+      "states": [{"input": "past_k", "output": "present_k", "init": "zeros"}]
     }
+
+`states` (optional): tensors kept on the device across steps (a KV cache). Each pairs
+a graph input (its value before a step: never fed) with a tensor a node writes (its
+value after: never returned, so it is not listed in `outputs`), of the same dtype and
+shape; `init` is "zeros" (the default) or the name of a weight or constant holding the
+value before the first step.
 
 Weights live in a sidecar `.npz` (path relative to model.json), read with
 `allow_pickle=False`. Every weight's dtype is declared in model.json: `.npz` cannot
@@ -31,7 +38,7 @@ import numpy as np
 
 from aotplan.core import dtypes, fileio
 from aotplan.core.errors import ModelError
-from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze, has_control_char, thaw
+from aotplan.core.graph import Constant, Graph, Node, State, TensorInfo, freeze, has_control_char, thaw
 
 FORMAT_NAME = "aotplan.model"
 FORMAT_VERSION = 1
@@ -50,7 +57,8 @@ def _req(obj, key, kind, where):
 
 
 MAX_DIM = 2**31 - 1
-TOP_KEYS = ("format", "version", "name", "inputs", "outputs", "nodes", "weights", "constants", "metadata")
+TOP_KEYS = ("format", "version", "name", "inputs", "outputs", "nodes", "weights", "constants", "metadata", "states")
+STATE_KEYS = ("input", "output", "init")
 NODE_KEYS = ("name", "op", "inputs", "outputs", "attrs")
 TENSOR_KEYS = ("name", "dtype", "shape")
 
@@ -302,7 +310,35 @@ def parse(doc, base_dir, allow_outside_weights=False):
         if not isinstance(attrs, dict):
             raise ModelError(f"node {n!r}.attrs: expected an object")
         nodes.append(Node(n, op, ins, outs, freeze(attrs)))
-    return Graph(name, tuple(inputs), tuple(outputs), tuple(nodes), tuple(constants))
+    states = _states(doc.get("states", []), outputs, constants)
+    return Graph(name, tuple(inputs), tuple(outputs) + tuple(st.output for st in states), tuple(nodes),
+                 tuple(constants), states)
+
+
+def _states(doc_states, outputs, constants):
+    """model.json's `states` -> (State, ...); a state's output is appended to the graph's
+    outputs by the caller (the Graph IR keeps it there, `Graph.returned` leaves it out)."""
+    if not isinstance(doc_states, list):
+        raise ModelError("model.json.states: expected a list")
+    values = {c.name: c.data for c in constants}
+    states = []
+    for i, st in enumerate(doc_states):
+        w = f"states[{i}]"
+        _keys(st, STATE_KEYS, w)
+        inp = _name(_req(st, "input", str, w), w + ".input")
+        out = _name(_req(st, "output", str, w), w + ".output")
+        if out in outputs:
+            raise ModelError(f"{w}: output {out!r} is a state's update, which a step does not return: list it in "
+                             f"`states` only, not in `outputs`")
+        init = st.get("init", "zeros")
+        if init == "zeros":
+            value = None
+        elif isinstance(init, str) and init in values:
+            value = values[init]
+        else:
+            raise ModelError(f"{w}.init: expected \"zeros\" or the name of a weight or constant, got {init!r}")
+        states.append(State(inp, out, value))
+    return tuple(states)
 
 
 def _weights_file(base_dir, wfile, allow_outside):
@@ -373,6 +409,10 @@ def graph_digest(graph):
     and of the byte order a constant's array happens to have: its little-endian bytes)."""
     h = hashlib.sha256()
     h.update(repr((graph.name, graph.inputs, graph.outputs, graph.nodes)).encode())
+    for st in graph.states:  # (nothing for a model without: its digest is what it was)
+        h.update(repr(("state", st.input, st.output)).encode())
+        if st.init is not None:
+            h.update(np.ascontiguousarray(st.init).astype(st.init.dtype.newbyteorder("<"), copy=False).tobytes())
     for c in sorted(graph.constants, key=lambda c: c.name):
         h.update(repr((c.name, c.dtype, c.shape)).encode())
         a = np.asarray(c.data, order="C")
@@ -383,9 +423,22 @@ def graph_digest(graph):
 
 
 def to_doc(graph, weights_file="weights.npz", inline_max=16):
-    """Graph -> (model.json document, {name: array to store in the npz})."""
+    """Graph -> (model.json document, {name: array to store in the npz}). A state's
+    initial value is written as a weight or constant of its own."""
     stored, wt, inline = {}, [], []
-    for c in graph.constants:
+    taken = {c.name for c in graph.constants} | {t.name for t in graph.inputs} | {
+        o for n in graph.nodes for o in n.outputs}
+    states, init_consts = [], []
+    for st in graph.states:
+        init = "zeros"
+        if st.init is not None:
+            init = f"{st.input}.init"
+            while init in taken:
+                init += "_"
+            taken.add(init)
+            init_consts.append(Constant(init, dtypes.dtype_name(st.init.dtype), tuple(st.init.shape), st.init))
+        states.append({"input": st.input, "output": st.output, "init": init})
+    for c in graph.constants + tuple(init_consts):
         finite = c.dtype not in dtypes.FLOAT_DTYPES or bool(np.all(np.isfinite(c.data.astype(np.float32))))
         if c.data.size <= inline_max and c.dtype != "bfloat16" and finite:
             inline.append({"name": c.name, "dtype": c.dtype, "shape": list(c.shape), "value": c.data.tolist()})
@@ -395,7 +448,7 @@ def to_doc(graph, weights_file="weights.npz", inline_max=16):
     doc = {
         "format": FORMAT_NAME, "version": FORMAT_VERSION, "name": graph.name,
         "inputs": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in graph.inputs],
-        "outputs": list(graph.outputs),
+        "outputs": list(graph.returned),
         "nodes": [{"name": n.name, "op": n.op, "inputs": list(n.inputs), "outputs": list(n.outputs),
                    "attrs": {k: thaw(v) for k, v in n.attrs}} for n in graph.nodes],
     }
@@ -403,6 +456,8 @@ def to_doc(graph, weights_file="weights.npz", inline_max=16):
         doc["weights"] = {"file": weights_file, "tensors": wt}
     if inline:
         doc["constants"] = inline
+    if states:
+        doc["states"] = states
     return doc, stored
 
 

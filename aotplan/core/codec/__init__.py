@@ -55,6 +55,14 @@ Version changelog:
     fused plan compiled into the kernel that reads it as a literal (no argument, no data
     row); `memory` gains inline_constant_bytes (part of the step's device memory).
     Versions 2-5 still load.
+  7 (aotplan 0.7): states, tensors kept on the device across steps (a KV cache): the
+    "state" tensor kind and storage (bytes of a state buffer beside the arena),
+    payload `states` ([name, tensor, update] rows), kernel rows' `state` flag (the
+    kernel takes and returns the state buffer after the arena), `memory`'s
+    state_bytes; a constant row may hold a state's initial value. Only plans with
+    states are written as format 7: a plan without is written as format 6, byte for
+    byte as aotplan 0.6 wrote it, so executors before 0.7 still load it. Versions 2-6
+    still load.
 
 The modules: `frame` (magic, version, header, signature, the file's layout), `payload`
 (a Plan as positional rows, current format), `upgrades` (formats 2-5 upgraded to the
@@ -69,6 +77,8 @@ from aotplan.core.codec.frame import (  # noqa: F401
     frame, read_header, split,
 )
 from aotplan.core.codec.keys import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES, check_key, env_key, read_key  # noqa: F401
-from aotplan.core.codec.payload import FORMAT_VERSION, decode_payload, encode_payload  # noqa: F401
+from aotplan.core.codec.payload import (  # noqa: F401
+    FORMAT_VERSION, STATELESS_VERSION, decode_payload, encode_payload, version_of,
+)
 from aotplan.core.codec.plan_file import decode, decode_checked, encode  # noqa: F401
 from aotplan.core.codec.upgrades import PAYLOAD_FIELDS  # noqa: F401
