@@ -406,8 +406,8 @@ class Session:
     def _step(self, args, after=None):
         """One step on checked feeds -> the outputs (device arrays). `after(index,
         launch, arena)` (tools only) runs after the input kernel (index -1, launch
-        None) and after each launch; `arena` is the current arena: read it, do not
-        keep it."""
+        None) and after each launch; `arena` is the current arena (and `_state` the
+        current state buffer): read them, do not keep them."""
         arena = self._arena
         if arena.is_deleted():  # a step was interrupted while a kernel held it
             arena = self._arena = self._fresh_arena()
@@ -427,6 +427,7 @@ class Session:
                 if stateful:
                     r = kernel(arena, state, *extra, *args) if feeds else kernel(arena, state, *extra)
                     arena, state, *outs_ = r
+                    self._state = state  # (`after` may read it: tools show the states a launch wrote)
                     if returns:
                         outs = outs_
                 else:

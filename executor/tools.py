@@ -83,12 +83,12 @@ def _allocator_bytes(session):
     pool = [T[i].nbytes for i, t in enumerate(T) if t.storage == "pool"]
     io = [t.nbytes for t in session._inputs + session._outputs]
     return (up(m.arena_bytes) + sum(map(up, pool)) + m.inline_constant_bytes + up(m.max_workspace_bytes)
-            + sum(map(up, io)))
+            + sum(map(up, io)) + (up(m.state_bytes) if m.state_bytes else 0))
 
 
 def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
-    """Run `steps` steps and check that nothing accumulates: the arena keeps its device
-    pointer, the count of live jax arrays is constant, RSS grows by less than
+    """Run `steps` steps and check that nothing accumulates: the arena (and the state
+    buffer) keeps its device pointer, the count of live jax arrays is constant, RSS grows by less than
     `rss_slack`, and where the device reports memory_stats(), bytes in use stay flat
     and the peak stays within the plan's stated memory plus inputs and outputs."""
     session.wait_ready()  # (a native plan's kernels are swapped once, after its first step)
@@ -97,12 +97,13 @@ def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
     stats0 = _mem_stats(session.device)
     peak0 = int(stats0.get("peak_bytes_in_use", -1)) if stats0 else -1
     rss0 = _rss_bytes()
-    ptrs, live, in_use = set(), [], []
+    ptrs, state_ptrs, live, in_use = set(), set(), [], []
     for _ in range(steps):
         outs = session.run(feeds)
         jax.block_until_ready(outs)
         del outs
         ptrs.add(session.arena_pointer())
+        state_ptrs.add(session.state_pointer())
         live.append(len(jax.live_arrays()))
         st = _mem_stats(session.device)
         if st and "bytes_in_use" in st:
@@ -115,6 +116,8 @@ def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
     problems = []
     if len(ptrs) != 1:
         problems.append(f"the arena moved: {len(ptrs)} device pointers")
+    if len(state_ptrs) != 1:
+        problems.append(f"the state buffer moved: {len(state_ptrs)} device pointers")
     if max(live) != min(live):
         problems.append(f"live arrays grew from {min(live)} to {max(live)}")
     if rss > rss_slack:
@@ -336,8 +339,11 @@ def replay_tensors(session, feeds, on_tensor, derived=False):
         if launch is None:
             return
         host = np.asarray(arena).view(np.uint8).tobytes()
+        state = None  # a state's update is at its offset in the state buffer, not the arena
         for i in tuple(launch.writes) + extra.get(s, ()):
-            on_tensor(s, launch, i, tensor_from_arena(host, T[i]))
+            if T[i].storage == "state" and state is None:
+                state = np.asarray(session._state).view(np.uint8).tobytes()
+            on_tensor(s, launch, i, tensor_from_arena(state if T[i].storage == "state" else host, T[i]))
 
     return session.run_launches(feeds, after)
 

@@ -38,9 +38,12 @@ def _tolerance(param, value):
               help="Absolute tolerance (default by dtype: float32 1e-5, "
                                                        "float16 1e-2, bfloat16 2e-2; integers exact).")
 @click.option("--allow-outside-weights", is_flag=True, help=OUTSIDE_WEIGHTS_HELP)
+@click.option("--state", "states", multiple=True, metavar="OUT=IN",
+              help="The --state pairs PLAN was compiled with (repeatable). The step checked starts from the "
+                   "states' initial values.")
 @trust_options
 @handle_errors
-def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allow_outside_weights, trust_key,
+def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allow_outside_weights, states, trust_key,
           require_signature, trust_executables, cache_dir):
     """Replay PLAN launch by launch beside a direct evaluation of MODEL; name the first
     launch whose output differs beyond tolerance. Exits 1 if any does.
@@ -62,7 +65,7 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
 
     key = codec.read_key(trust_key) if trust_key else codec.env_key()
     plan, trusted = codec.read_checked(plan_path, key, require_signature)
-    graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights)
+    graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights, states)
     if digest != plan.provenance.model_digest:
         raise AotplanError(_not_compiled_from(plan, plan_path, graph, model, digest, frozen))
     opts = pipeline.Options(planner=plan.planner, weights=plan.weights, launch="kernel",
@@ -80,8 +83,11 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
     click.echo(f"{plan_path}: {session.kernel_source} kernels{kernels.paths_note(session.kernel_paths)}")
     feeds = session_feeds(session, inputs, True, seed)
     session.check_feeds(feeds)  # wrong arrays: one error naming the input, before the direct evaluation
+    # the direct evaluation is stateless: it is fed the states' initial values, which
+    # the plan's first step starts from (each replay below starts there again)
+    feeds = {**feeds, **initial_states(graph)}
     want = reference.evaluate(graph, feeds, opts)
-    got = session.run(feeds)
+    got = session.run(_own(feeds, session))
     out_bad = False
     for name, dtype, _ in session.output_specs:
         ok, mabs, mrel, where, g, w = chk.compare(got[name], want[name], *chk.tolerance(dtype, rtol, atol))
@@ -111,7 +117,7 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
 
         bare = dataclasses.replace(plan, kernels=tuple(dataclasses.replace(k, native=b"") for k in plan.kernels),
                                    provenance=dataclasses.replace(plan.provenance, native_fingerprint=""))
-        portable = executor.Session(bare).run(feeds)  # (no executables: no warning that they go unused)
+        portable = executor.Session(bare).run(_own(feeds, session))  # (no executables: none go unused)
         agree = all(chk.compare(portable[name], want[name], *chk.tolerance(dtype, rtol, atol))[0]
                     for name, dtype, _ in session.output_specs)
         click.echo(f"{plan_path}'s portable kernels (its StableHLO, compiled here) "
@@ -142,6 +148,23 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
                    f"{plan_path} itself, in {where}, not in the model's ops")
     if plan_bad or diffs:
         click.get_current_context().exit(1)
+
+
+def initial_states(graph):
+    """{state input: its value before the first step} (zeros where none is given)."""
+    import numpy as np
+
+    from aotplan.core import dtypes
+
+    info = {t.name: t for t in graph.inputs}
+    return {st.input: st.init if st.init is not None else
+            np.zeros(info[st.input].shape, dtypes.np_dtype(info[st.input].dtype)) for st in graph.states}
+
+
+def _own(feeds, session):
+    """The feeds a step of `session` takes (its states' are not fed)."""
+    names = {name for name, _, _ in session.input_specs}
+    return {k: v for k, v in feeds.items() if k in names}
 
 
 def _first_difference(diffs, n):

@@ -10,7 +10,7 @@ from aotplan.core import fileio
 from aotplan.core.errors import AotplanError
 from aotplan.cli.app import Path, handle_errors, main
 from aotplan.cli.files import frozen_paths, refuse_unwritable
-from aotplan.cli.models import FREEZE_HELP, INPUT_SHAPE_HELP, freezer, parse_shapes
+from aotplan.cli.models import FREEZE_HELP, INPUT_SHAPE_HELP, STATE_HELP, freezer, parse_shapes, with_states
 from aotplan.cli.text import plural
 
 
@@ -37,8 +37,9 @@ def _list_onnx_ops(ctx, _param, value):
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=INPUT_SHAPE_HELP)
 @click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy",
               help=FREEZE_HELP + " The model.json holds them as constants.")
+@click.option("--state", "states", multiple=True, metavar="OUT=IN", help=STATE_HELP + " The model.json declares them.")
 @handle_errors
-def import_onnx(model, output, input_shapes, frozen):
+def import_onnx(model, output, input_shapes, frozen, states):
     """Convert an ONNX MODEL to model.json (weights in an .npz beside it).
 
     Needs the onnx package: pip install 'aotplan[onnx]'.
@@ -55,10 +56,12 @@ def import_onnx(model, output, input_shapes, frozen):
     refuse_overwriting(os.path.join(os.path.dirname(os.path.abspath(output)), weights), reads,
                        f"the weights file of -o {output!r},")
     refuse_unwritable(output, f"{output!r}")
-    graph, _ = onnx_import.load(model, parse_shapes(input_shapes), freeze=freezer(frozen))
+    graph, digest = onnx_import.load(model, parse_shapes(input_shapes), freeze=freezer(frozen))
+    graph, _ = with_states(graph, digest, states)
     from compiler import pipeline
 
-    pipeline.prepare(graph)  # checked as `compile` checks it (structure, shapes): no model.json it would refuse
+    prepared = pipeline.prepare(graph)
+    pipeline.state.check_types(prepared[0], prepared[2])  # checked as `compile` checks it (structure, shapes): no model.json it would refuse
     try:
         wrote = model_json.save(graph, output, weights_file=weights)
     except OSError as e:  # (the weights file or the model.json)

@@ -21,6 +21,7 @@ def plan_summary(plan, path):
                    "plain_bound_bytes": m.plain_bound_bytes, "shared_bound_bytes": m.shared_bound_bytes,
                    "naive_bytes": m.naive_bytes, "constant_pool_bytes": m.constant_pool_bytes,
                    "inline_constant_bytes": m.inline_constant_bytes, "max_workspace_bytes": m.max_workspace_bytes,
+                   "state_bytes": m.state_bytes,
                    "step_device_bytes": m.step_device_bytes,
                    "input_bytes": sum(plan.tensors[i].nbytes for i in plan.inputs),
                    "output_bytes": sum(plan.tensors[i].nbytes for i in plan.outputs)},
@@ -30,6 +31,11 @@ def plan_summary(plan, path):
                        "native_fingerprint": p.native_fingerprint},
         "inputs": [plan.tensors[i].name for i in plan.inputs],
         "outputs": list(plan.output_names),
+        "states": [{"name": st.name, "tensor": plan.tensors[st.tensor].name, "update": plan.tensors[st.update].name,
+                    "dtype": plan.tensors[st.tensor].dtype, "shape": list(plan.tensors[st.tensor].shape),
+                    "offset": plan.tensors[st.tensor].offset, "nbytes": plan.tensors[st.tensor].nbytes,
+                    "initial": "constant" if any(c.tensor == st.tensor for c in plan.constants) else "zeros"}
+                   for st in plan.states],
         "tensors": [{"name": t.name, "kind": t.kind, "dtype": t.dtype, "shape": list(t.shape), "format": t.format,
                      "device_shape": list(t.device_shape), "padding": list(t.padding), "storage": t.storage,
                      "offset": t.offset,
@@ -38,7 +44,8 @@ def plan_summary(plan, path):
                      "runs": t.runs, "stride": t.stride}
                     for i, t in enumerate(plan.tensors)],
         "kernels": [{"name": k.name, "bytes": len(k.exported), "workspace_bytes": k.workspace_bytes,
-                     "n_offsets": k.n_offsets, "feeds": k.feeds, "returns": k.returns, "native_bytes": len(k.native),
+                     "n_offsets": k.n_offsets, "feeds": k.feeds, "returns": k.returns, "state": k.state,
+                     "native_bytes": len(k.native),
                      "launches": sum(1 for l in plan.launches if l.kernel == ki)}
                     for ki, k in enumerate(plan.kernels)],
         "launches": [{"label": l.node, "kernel": plan.kernels[l.kernel].name, "nodes": list(l.nodes),
@@ -98,6 +105,7 @@ def inspect(plan_path, as_json, trust_key):
                f"pool {m['constant_pool_bytes']} B + "
                + (f"inline constants (in the kernels) {m['inline_constant_bytes']} B + "
                   if m["inline_constant_bytes"] else "")
+               + (f"states {m['state_bytes']} B + " if m["state_bytes"] else "")
                + f"max workspace (XLA temp) {m['max_workspace_bytes']} B")
     click.echo(f"  per step also the inputs ({m['input_bytes']} B, staged) and outputs ({m['output_bytes']} B, "
                f"returned): {m['step_device_bytes'] + m['input_bytes'] + m['output_bytes']} B in all, the figure "
@@ -106,6 +114,11 @@ def inspect(plan_path, as_json, trust_key):
                f"{m['plain_bound_bytes']} B, with sharing {m['shared_bound_bytes']} B")
     if p["native_fingerprint"]:
         click.echo(f"native executables for: {p['native_fingerprint']}")
+    if s["states"]:
+        click.echo(f"states ({len(s['states'])}, kept on the device across steps; never fed or returned):")
+        for st in s["states"]:
+            click.echo(f"  {st['name'][:28]:28s} {st['dtype']} {st['shape']} at byte {st['offset']} of the state "
+                       f"buffer, updated by {st['update']!r}, initially {st['initial']}")
     formatted = [t for t in s["tensors"] if t["format"] != "default"]
     conversions = [l for l in s["launches"] for n in l["nodes"] if n.startswith("transdata:")]
     if formatted:

@@ -146,6 +146,7 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
                f"{fmt_bytes(m.step_device_bytes)} (arena {fmt_bytes(m.arena_bytes)}, pool "
                f"{fmt_bytes(m.constant_pool_bytes)}, "
                + (f"inline constants {fmt_bytes(m.inline_constant_bytes)}, " if m.inline_constant_bytes else "")
+               + (f"states {fmt_bytes(m.state_bytes)}, " if m.state_bytes else "")
                + f"workspace {fmt_bytes(m.max_workspace_bytes)})")
     times = StepTimes()
     for _ in range(steps):  # (the device memory is stated before the first step)

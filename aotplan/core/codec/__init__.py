@@ -55,7 +55,7 @@ Version changelog:
     fused plan compiled into the kernel that reads it as a literal (no argument, no data
     row); `memory` gains inline_constant_bytes (part of the step's device memory).
     Versions 2-5 still load.
-  7 (aotplan 0.7): states, tensors kept on the device across steps (a KV cache): the
+  7: states, tensors kept on the device across steps (a KV cache): the
     "state" tensor kind and storage (bytes of a state buffer beside the arena),
     payload `states` ([name, tensor, update] rows), kernel rows' `state` flag (the
     kernel takes and returns the state buffer after the arena), `memory`'s
