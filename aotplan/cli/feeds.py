@@ -169,6 +169,9 @@ def feeds_from_files(specs, session):
     feeds = {}
     for spec in specs:
         name, a = load_npy(spec, names=want)
+        if name in {n for n, _, _ in session.state_specs}:
+            raise FeedError(f"--input {name}: input {name!r} is a state of the plan: it stays on the device across "
+                            f"steps and is not fed")
         if name not in want:
             raise FeedError(f"--input {name}: the plan has no input {name!r} "
                             + (f"(its inputs: {', '.join(want)})" if want else "(it has no inputs)"))

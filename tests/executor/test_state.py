@@ -1,0 +1,132 @@
+"""Plans with state: the example decoder's KV cache kept on the device across steps
+gives what the stateless model gives with its cache carried on the host (onnxruntime,
+and the direct reference evaluation), in every launch mode; a step moves no state
+bytes and allocates nothing; the state API (reset, get, set) and its errors."""
+
+import jax
+import numpy as np
+import pytest
+
+import executor
+from aotplan.core import codec
+from aotplan.core.errors import FeedError
+from compiler import reference
+from decoder_model import (
+    CACHE_SHAPE, OrtStateless, build, compile_plan, feeds, stateful_graph, write_onnx, zero_cache,
+)
+
+MODES = ("sink", "fused", "kernel")
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    """{"paths": the ONNX steps, "graph"/"digest": the decode step with its cache as
+    state, "plans": {mode: plan bytes}, "prefill": the prefill step's sink plan}."""
+    paths = write_onnx(str(tmp_path_factory.mktemp("decoder")))
+    graph, digest = stateful_graph(paths["decode"])
+    plans = {mode: compile_plan(graph, digest, launch=mode) for mode in MODES}
+    prefill = compile_plan(*stateful_graph(paths["prefill"]), launch="sink")
+    return {"paths": paths, "graph": graph, "digest": digest, "plans": plans, "prefill": prefill}
+
+
+def test_a_stateful_plan_is_format_7_and_a_stateless_one_stays_format_6(decoder, examples):
+    assert codec.version_of(codec.decode(decoder["plans"]["sink"])) == 7
+    assert int.from_bytes(decoder["plans"]["sink"][8:12], "little") == 7
+    plan = examples["mlp"][1]
+    assert codec.version_of(plan) == 6 and int.from_bytes(codec.encode(plan)[8:12], "little") == 6
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_greedy_decoding_matches_onnxruntime_with_the_cache_on_the_host(decoder, mode):
+    sess = executor.load(decoder["plans"][mode])
+    ort = OrtStateless(decoder["paths"]["decode"])
+    token, ours, theirs = 1, [], []
+    for position in range(12):
+        got = sess.run(feeds([token], position))["logits"]
+        want = ort.step([token], position)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        ours.append(int(got.argmax()))
+        theirs.append(int(want.argmax()))
+        token = ours[-1]
+    assert ours == theirs
+    for _, past in build.cache_names():  # the cache on the device is the one onnxruntime carried
+        np.testing.assert_allclose(sess.get_state(past), ort.cache[past], rtol=1e-4, atol=1e-6)
+
+
+def test_decoding_matches_the_direct_evaluation_of_the_stateless_graph(decoder):
+    sess = executor.load(decoder["plans"]["kernel"])
+    graph, cache = decoder["graph"], zero_cache()
+    for position, token in enumerate([3, 17, 5, 60, 2]):
+        got = sess.run(feeds([token], position))["logits"]
+        want = reference.evaluate(graph, {**feeds([token], position), **cache})
+        np.testing.assert_allclose(got, want["logits"], rtol=1e-4, atol=1e-5)
+        for present, past in build.cache_names():
+            cache[past] = want[present]
+
+
+def test_prefill_then_decode_equals_decoding_the_prompt_token_by_token(decoder):
+    prompt = [5, 9, 2, 33, 7, 1, 60, 12]
+    assert len(prompt) == build.PROMPT
+    one = executor.load(decoder["plans"]["sink"])
+    by_token = [one.run(feeds([t], p))["logits"][0, 0] for p, t in enumerate(prompt)]
+    pre = executor.load(decoder["prefill"])
+    prefilled = pre.run(feeds(prompt, 0))["logits"][0]
+    np.testing.assert_allclose(prefilled, np.stack(by_token), rtol=1e-4, atol=1e-5)
+    two = executor.load(decoder["plans"]["sink"])
+    for _, past in build.cache_names():  # the prefill's cache handed to the decode step
+        two.set_state(past, pre.get_state(past))
+    token_a = token_b = int(by_token[-1].argmax())
+    for position in range(len(prompt), len(prompt) + 6):
+        a = one.run(feeds([token_a], position))["logits"]
+        b = two.run(feeds([token_b], position))["logits"]
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+        token_a, token_b = int(a.argmax()), int(b.argmax())
+        assert token_a == token_b
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_200_decode_steps_move_no_bytes_and_keep_every_buffer(decoder, mode):
+    """The state and the arena keep their device addresses, the live arrays stay as
+    many, and with device feeds and outputs no step transfers anything between host
+    and device (jax's transfer guard refuses any transfer: the cache never leaves)."""
+    sess = executor.load(decoder["plans"][mode])
+    token = jax.device_put(np.array([[7]], np.int32), sess.device)  # (int64 is stored as int32)
+    positions = [jax.device_put(np.array([p % build.CACHE], np.int32), sess.device) for p in range(200)]
+    state, arena = sess.state_pointer(), sess.arena_pointer()
+    live = set()
+    with jax.transfer_guard("disallow"):
+        for p in range(200):
+            out = sess.run({"tokens": token, "position": positions[p]}, device_outputs=True)
+            jax.block_until_ready(out)
+            del out
+            if p >= 2:
+                live.add(len(jax.live_arrays()))
+            assert sess.state_pointer() == state and sess.arena_pointer() == arena
+    assert len(live) == 1, live
+
+
+def test_the_state_api(decoder):
+    sess = executor.load(decoder["plans"]["fused"])
+    names = [past for _, past in build.cache_names()]
+    assert [n for n, _, _ in sess.state_specs] == names
+    assert all(dt == "float32" and tuple(shape) == CACHE_SHAPE for _, dt, shape in sess.state_specs)
+    assert "past_key_0" not in {n for n, _, _ in sess.input_specs}
+    for n in names:  # the warm-up step at load left no trace
+        assert not sess.get_state(n).any()
+    sess.run(feeds([4], 0))
+    assert sess.get_state("past_key_0")[0, :, 0].any() and not sess.get_state("past_key_0")[0, :, 1:].any()
+    value = np.random.default_rng(0).standard_normal(CACHE_SHAPE).astype(np.float32)
+    pointer = sess.state_pointer()
+    sess.set_state("past_value_1", value)
+    np.testing.assert_array_equal(sess.get_state("past_value_1"), value)
+    sess.reset_state()
+    assert not any(sess.get_state(n).any() for n in names)
+    assert sess.state_pointer() == pointer
+    with pytest.raises(FeedError, match="'past_key_0' is a state of the plan: it stays on the device"):
+        sess.run({**feeds([4], 0), "past_key_0": value})
+    with pytest.raises(FeedError, match=r"state 'past_key_0': expected float32\[1, 2, 32, 16\], got float64"):
+        sess.set_state("past_key_0", value.astype(np.float64))
+    with pytest.raises(FeedError, match=r"state 'past_key_0': expected float32\[1, 2, 32, 16\], got float32\[2\]"):
+        sess.set_state("past_key_0", np.zeros(2, np.float32))
+    with pytest.raises(FeedError, match="no state named 'cache'.*'past_key_0'"):
+        sess.get_state("cache")
