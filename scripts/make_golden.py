@@ -22,10 +22,9 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plans")
 
 def main(argv=None):
     argparse.ArgumentParser(description="Freeze golden plans under plans/golden/v<format>/ (one per launch mode, with "
-                                        "seeded inputs and reference outputs). Only after a deliberate format change: "
-                                        "tests load every golden plan of every version.").parse_args(argv)
-    out = os.path.join(ROOT, "golden", f"v{codec.FORMAT_VERSION}")
-    os.makedirs(out, exist_ok=True)
+                                        "seeded inputs and reference outputs), each in the format the plan is written "
+                                        "in. Only after a deliberate format change: tests load every golden plan of "
+                                        "every version, and a golden plan that exists is never rewritten.").parse_args(argv)
     # the sink plan inlines its four smallest constants and keeps two in the pool (both
     # storages in one plan, and a data section); the fused plan inlines all of its own
     for name, launch, policy, inline in (("mlp", "sink", "default", 4096), ("cnn", "fused", "default", None),
@@ -34,16 +33,59 @@ def main(argv=None):
         graph, digest = model_json.load(os.path.join(ROOT, "examples", name, "model.json"))
         opts = pipeline.Options(launch=launch, format_policy=policy, **({} if inline is None else
                                                                        {"inline_bytes": inline}))
-        plan = pipeline.compile_graph(graph, digest, opts).plan
         if policy != "default":  # a plan with storage formats and conversions
             name = f"{name}_{policy}"
         rng = np.random.default_rng(2026)
         feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in graph.inputs}
-        want = reference.evaluate(graph, feeds)
-        base = os.path.join(out, name)
-        atomic_write(base + ".plan", codec.encode(plan))
-        np.savez(base + ".io.npz", **{f"in:{k}": v for k, v in feeds.items()}, **{f"out:{k}": v for k, v in want.items()})
-        print(f"wrote {base}.plan ({launch} mode, format {codec.FORMAT_VERSION}, jax {plan.provenance.jax_version})")
+        _freeze(name, launch, graph, opts, digest, [feeds])
+    # plans with states (format 7): the example decoder, its KV cache on the device,
+    # with six steps of greedy decoding (each step's outputs follow from the ones before)
+    graph, digest = model_json.load(os.path.join(ROOT, "examples", "decoder", "model.json"))
+    for launch in ("sink", "fused", "kernel"):
+        _freeze(f"decoder_{launch}", launch, graph, pipeline.Options(launch=launch), digest, _decode_feeds(graph))
+
+
+def _decode_feeds(graph, steps=6):
+    """Greedy decoding's feeds, from token 1, by the direct reference evaluation."""
+    feeds, token, state = [], 1, _initial_states(graph)
+    for position in range(steps):
+        step = {"tokens": np.array([[token]], np.int64), "position": np.array([position], np.int64)}
+        feeds.append(step)
+        out = reference.evaluate(graph, {**step, **state})
+        state = {st.input: out[st.output] for st in graph.states}
+        token = int(out["logits"].argmax())
+    return feeds
+
+
+def _initial_states(graph):
+    info = {t.name: t for t in graph.inputs}
+    return {st.input: st.init if st.init is not None else np.zeros(info[st.input].shape, np.float32)
+            for st in graph.states}
+
+
+def _freeze(name, launch, graph, opts, digest, steps):
+    """Write <name>.plan into the folder of its format and <name>.io.npz: per step k,
+    "in:NAME" and "out:NAME" (one step) or "step{k}.in:NAME" and "step{k}.out:NAME"
+    (steps from the plan's initial states, run in order)."""
+    plan = pipeline.compile_graph(graph, digest, opts).plan
+    version = codec.version_of(plan)
+    out = os.path.join(ROOT, "golden", f"v{version}")
+    base = os.path.join(out, name)
+    if os.path.exists(base + ".plan"):
+        print(f"kept {base}.plan (golden plans are never rewritten)")
+        return
+    os.makedirs(out, exist_ok=True)
+    io, state = {}, _initial_states(graph)
+    for k, feeds in enumerate(steps):
+        want = reference.evaluate(graph, {**feeds, **state})
+        state = {st.input: want[st.output] for st in graph.states}
+        returned = {o: want[o] for o in graph.returned}
+        prefix = f"step{k}." if len(steps) > 1 else ""
+        io.update({f"{prefix}in:{n}": v for n, v in feeds.items()})
+        io.update({f"{prefix}out:{n}": v for n, v in returned.items()})
+    atomic_write(base + ".plan", codec.encode(plan))
+    np.savez(base + ".io.npz", **io)
+    print(f"wrote {base}.plan ({launch} mode, format {version}, jax {plan.provenance.jax_version})")
 
 
 if __name__ == "__main__":

@@ -193,7 +193,7 @@ def padding_violations(plan, sess, feeds):
     return bad
 
 
-def reheader(payload, version=codec.FORMAT_VERSION, launch_mode="sink", data=b""):
+def reheader(payload, version=codec.STATELESS_VERSION, launch_mode="sink", data=b""):
     """A plan file around `payload` (msgpack bytes) with a fresh header: version, launch
     mode, sizes and digest as given (for the codec's refusals of foreign files)."""
     fields = {"launch_mode": launch_mode, "payload_size": len(payload),

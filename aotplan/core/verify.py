@@ -260,9 +260,9 @@ def check_kernel_roles(plan):
         if ki != -1:
             k = plan.kernels[_index(ki, nk, field)]
             if k.n_offsets or k.feeds or k.returns or k.state:
-                _fail(f"kernel {k.name!r} is the {field.replace('_', ' ')}, which takes no offsets, feeds, state or "
-                      f"returns flags (n_offsets {k.n_offsets}, feeds {k.feeds}, state {k.state}, "
-                      f"returns {k.returns})")
+                _fail(f"kernel {k.name!r} is the {field.replace('_', ' ')}, which takes no offsets, feeds or "
+                      f"returns flags, nor the state buffer (n_offsets {k.n_offsets}, feeds {k.feeds}, returns "
+                      f"{k.returns}, state {k.state})")
     return special
 
 

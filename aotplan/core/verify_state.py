@@ -85,8 +85,8 @@ def check_launches(plan, olds, updates):
             elif j in updates:
                 touches = True
                 if updates[j] not in updated:
-                    _fail(f"{w} reads {plan.tensors[j].name!r}, the update of state "
-                          f"{plan.states[updates[j]].name!r}, before any launch writes it")
+                    _fail(f"{w} reads {plan.tensors[j].name!r} before any launch writes it (the update of state "
+                          f"{plan.states[updates[j]].name!r})")
         for j in l.writes:
             t = plan.tensors[j]
             if t.storage == "state":

@@ -205,7 +205,7 @@ def test_file_size_checked_against_the_header_before_it_is_read(data, tmp_path):
         # a header that claims 32 TiB, through a pipe: memory grows with the bytes that come
         header = msgpack.packb({"launch_mode": "sink", "payload_size": 10, "payload_sha256": b"x" * 32,
                                 "signature": None, "data_size": 1 << 45})
-        tiny = struct.pack("<8sII", codec.MAGIC, codec.FORMAT_VERSION, len(header)) + header
+        tiny = struct.pack("<8sII", codec.MAGIC, codec.STATELESS_VERSION, len(header)) + header
         tracemalloc.start()
         try:
             got = through_pipe(tiny)
@@ -244,11 +244,13 @@ def test_a_format_2_payload_upgrades_to_the_current_schema():
          "output_names": [], "input_kernel": -1, "output_kernel": -1, "place_kernel": -1,
          "memory": [64, 48, 64, 16, 0], "provenance": ["m", "d", "0.2", "j", "jl", ["cpu"], ""]}
     up, section = upgrades.upgrade(dict(m), 2, b"")
-    assert up["tensors"][0][9:] == [-1, 1, 0, [0]] and up["memory"] == [64, 48, 64, 16, 0, 48, 48, 0]
+    assert up["tensors"][0][9:] == [-1, 1, 0, [0]] and up["memory"] == [64, 48, 64, 16, 0, 48, 48, 0, 0]
+    assert up["states"] == [] and up["kernels"] == []
     assert up["constants"] == [[1, 0, 16]] and bytes(section) == b"\x01" * 16
     plan = codec.decode_payload(msgpack.packb(m, use_bin_type=True), 2, b"")
     assert plan.tensors[0].base == -1 and plan.tensors[0].padding == (0,) and plan.memory.inline_constant_bytes == 0
     assert bytes(plan.constants[0].data) == b"\x01" * 16 and plan.memory.shared_bound_bytes == 48
+    assert plan.states == () and plan.memory.state_bytes == 0
     m["tensors"][1][6] = "inline"
     with pytest.raises(PlanError, match=r"tensors\[1\]\.storage: 'inline' is a format 6 storage, this plan says "
                                         r"format 2"):

@@ -39,10 +39,21 @@ def test_golden_plan_replays_or_is_refused_by_version(path):
     sess = executor.load(path)
     # every kernel of an older plan, written by an older jax, takes the fast path too
     assert set(sess.kernel_paths.values()) == {"compiled"}, sess.kernel_paths
-    with np.load(path[:-len(".plan")] + ".io.npz") as z:
-        feeds = {k[3:]: z[k] for k in z.files if k.startswith("in:")}
-        want = {k[4:]: z[k] for k in z.files if k.startswith("out:")}
-    got = sess.run(feeds)
-    assert set(got) == set(want)
-    for k in want:
-        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    for feeds, want in _steps(path[:-len(".plan")] + ".io.npz"):  # (in order: a stateful plan carries its states)
+        got = sess.run(feeds)
+        assert set(got) == set(want)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+def _steps(io_path):
+    """[(feeds, outputs)] of a golden plan's io file: "in:NAME"/"out:NAME" for one step,
+    "step{k}.in:NAME"/"step{k}.out:NAME" for several (scripts/make_golden.py)."""
+    with np.load(io_path) as z:
+        arrays = {k: z[k] for k in z.files}
+    steps = {}
+    for key, v in arrays.items():
+        prefix, _, rest = key.partition(".") if key.startswith("step") else ("", "", key)
+        side, _, name = rest.partition(":")
+        steps.setdefault(int(prefix[4:]) if prefix else 0, ({}, {}))[side == "out"][name] = v
+    return [steps[k] for k in sorted(steps)]

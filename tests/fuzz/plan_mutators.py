@@ -38,7 +38,8 @@ from aotplan.core.errors import PlanError
 from aotplan.core.plan import PlanKernel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GOLDEN = os.path.join(ROOT, "plans", "golden", f"v{codec.FORMAT_VERSION}")
+GOLDEN = os.path.join(ROOT, "plans", "golden", f"v{codec.STATELESS_VERSION}")  # plans without states
+GOLDEN_STATES = os.path.join(ROOT, "plans", "golden", f"v{codec.FORMAT_VERSION}")  # the decoder, its cache a state
 SIGN_KEY = b"fuzz-signing-key-0123456789abcdef"
 FAMILIES = ("bytes", "struct", "targeted")
 
@@ -66,6 +67,10 @@ class Seed:
         return codec.read_header(self.data)[1]
 
     @property
+    def version(self):
+        return struct.unpack_from("<I", self.data, 8)[0]
+
+    @property
     def section(self):
         """The data section (format 5 on: the constants' bytes)."""
         return bytes(codec.split(self.data)[2])
@@ -91,7 +96,7 @@ def _arena_weights(plan):
 
 
 def seeds():
-    """The golden plans of this format (sink, fused, kernel, and kernel with blocked
+    """The golden plans of the current formats (sink, fused, kernel, and kernel with blocked
     storage formats and conversions), two with arena-resident weights and a place
     kernel, and one signed plan checked with its trust key."""
     out = []
@@ -104,6 +109,10 @@ def seeds():
         p = verify.verify(_arena_weights(by[name]))
         out.append(Seed(name + "-arena", codec.encode(p), p))
     out.append(Seed("mlp-signed", codec.encode(by["mlp"], sign_key=SIGN_KEY), by["mlp"], SIGN_KEY, True))
+    for name in ("decoder_sink", "decoder_kernel"):  # format 7: the state table, flags and buffer
+        with open(os.path.join(GOLDEN_STATES, name + ".plan"), "rb") as f:
+            data = f.read()
+        out.append(Seed(name, data, codec.decode(data)))
     for s in out:  # every seed is a good plan
         assert verify.verify(codec.decode_checked(s.data, s.trust_key, s.require_signature)[0]) == s.plan, s.name
     return tuple(out)
@@ -124,14 +133,14 @@ class Case:
         return f"{self.family}/{self.mutator}" + (f" ({self.note})" if self.note else "")
 
 
-def frame(obj, launch_mode=None, sign_key=None, raw=None, data=b""):
+def frame(obj, launch_mode=None, sign_key=None, raw=None, data=b"", version=codec.STATELESS_VERSION):
     """A payload object (or `raw` payload bytes) and a data section -> a plan file with
-    a valid header."""
+    a valid header, of format `version` (the seed's)."""
     payload = raw if raw is not None else msgpack.packb(obj, use_bin_type=True)
     if launch_mode is None:
         launch_mode = obj.get("launch_mode") if isinstance(obj, dict) else None
         launch_mode = launch_mode if isinstance(launch_mode, str) and len(launch_mode) < 100 else "sink"
-    return codec.frame(payload, launch_mode, sign_key, data=data)
+    return codec.frame(payload, launch_mode, sign_key, version, data=data)
 
 
 # ---------------------------------------------------------------- byte level
@@ -247,7 +256,7 @@ def _b_header(rng, d):
     if header == before:  # (a plan with no data section: data_size 0 "rewritten" to 0)
         certain = False
     h = msgpack.packb(header, use_bin_type=True)
-    out = struct.pack("<8sII", codec.MAGIC, codec.FORMAT_VERSION, len(h)) + h + payload
+    out = struct.pack("<8sII", codec.MAGIC, struct.unpack_from("<I", d, 8)[0], len(h)) + h + payload
     return out + bytes(codec.data_start(len(h), size) - len(out)) + data, certain, match
 
 
@@ -498,20 +507,22 @@ def struct_case(rng, seed):
     path = rng.choice(paths)
     r = rng.random()
     if r < 0.03:
-        return Case("struct", "nest", frame(None, seed.plan.launch_mode, seed.trust_key, raw=_nest(rng, m, path),
+        return Case("struct", "nest", frame(None, seed.plan.launch_mode, seed.trust_key, version=seed.version,
+                                            raw=_nest(rng, m, path),
                                             data=seed.section), True, note=_fmt_path(path))
     if r < 0.15:
-        return Case("struct", "raw_splice", frame(None, seed.plan.launch_mode, seed.trust_key,
+        return Case("struct", "raw_splice", frame(None, seed.plan.launch_mode, seed.trust_key, version=seed.version,
                                                   raw=_raw_splice(rng, m, path), data=seed.section), False,
                     note=_fmt_path(path))
     if r < 0.30:
-        return Case("struct", "payload_bits", frame(None, seed.plan.launch_mode, seed.trust_key,
+        return Case("struct", "payload_bits", frame(None, seed.plan.launch_mode, seed.trust_key, version=seed.version,
                                                     raw=_payload_bits(rng, seed), data=seed.section), False)
     op = rng.choice(list(STRUCT_OPS))
     if op in _APPLIES:
         path = rng.choice([p for p in paths if _type_class(_get(m, p)) in _APPLIES[op]])
     m, certain = STRUCT_OPS[op](rng, m, path)
-    return Case("struct", op, frame(m, sign_key=seed.trust_key, data=seed.section), certain, note=_fmt_path(path))
+    return Case("struct", op, frame(m, sign_key=seed.trust_key, data=seed.section, version=seed.version), certain,
+                note=_fmt_path(path))
 
 
 def _fmt_path(path):
@@ -832,7 +843,8 @@ def targeted_case(rng, seed, name=None):
         r = TARGETED[mut](rng, m, seed.plan)
         if r is not None:
             certain, match = r
-            return Case("targeted", mut, frame(m, sign_key=seed.trust_key, data=seed.section), certain, match)
+            return Case("targeted", mut, frame(m, sign_key=seed.trust_key, data=seed.section, version=seed.version),
+                        certain, match)
         if name:
             raise ValueError(f"mutator {name} does not apply to {seed.name}")
 
