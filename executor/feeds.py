@@ -34,9 +34,10 @@ class FeedCheck:
         self._devices = {device}  # what a device-array feed's devices() must be
         # the common feed, checked in a few hundred ns: every input a C-contiguous numpy
         # array of its exact dtype and shape, where that dtype is also its storage dtype
-        # (anything else takes the full path, which gives the same arrays)
-        self._plain_feeds = None if any(t.dtype in dtypes.NARROWED for t in inputs) else \
-            [(t.name, tuple(t.shape), dtypes.np_dtype(t.dtype)) for t in inputs]
+        # or int64 (narrowed to int32 here where every value fits: token ids, positions);
+        # anything else takes the full path, which gives the same arrays or names the input
+        self._plain_feeds = None if any(t.dtype in dtypes.NARROWED and t.dtype != "int64" for t in inputs) else \
+            [(t.name, tuple(t.shape), dtypes.np_dtype(t.dtype), t.dtype == "int64") for t in inputs]
         # the common device feed (`device_args`): jax's array type, of the storage dtype
         # and shape (its aval, compared in tens of ns), on a sharding already seen to be
         # this device's alone
@@ -52,10 +53,15 @@ class FeedCheck:
         if type(feeds) is dict and len(feeds) == len(self.inputs):
             if plain is not None:
                 args = []
-                for name, shape, dtype in plain:
+                for name, shape, dtype, narrow in plain:
                     a = feeds.get(name)
                     if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
                         break
+                    if narrow:
+                        a32 = a.astype(np.int32)
+                        if not (a32 == a).all():  # (a value int32 cannot hold: the full path names it)
+                            break
+                        a = a32
                     args.append(a)
                 else:
                     return args, True

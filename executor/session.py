@@ -179,9 +179,10 @@ class Session:
         # alone, without the launch loop (a few microseconds of a small model's step)
         one = launches[0] if len(launches) == 1 else None
         sink = one[:2] if one and one[2] and one[3] and not (in_kernel or out_kernel or one[4]) else None
+        state_sink = one[:2] if one and one[2] and one[3] and one[4] and not (in_kernel or out_kernel) else None
         place = kernels_[plan.place_kernel] if plan.place_kernel >= 0 else None
         self._kernels, self._launches, self._in_kernel, self._out_kernel = kernels_, launches, in_kernel, out_kernel
-        self._sink, self._place = sink, place
+        self._sink, self._state_sink, self._place = sink, state_sink, place
 
     def _start_adopting(self):
         """Start `_adopt` in a background thread, once; where no thread can start
@@ -347,6 +348,8 @@ class Session:
         return self._states.fresh() if self._state.is_deleted() else self._state
 
     def _check_state(self):
+        if self._state is not None and self._state.is_deleted():  # (a kernel that held it was interrupted)
+            self._state_lost = True
         if self._state_lost:
             raise PlanError("this session lost its state (a step was interrupted while a kernel held it): "
                             "call reset_state()")
@@ -386,9 +389,12 @@ class Session:
             # The host-output path waits for the outputs, so only this one copies.
             args = [np.array(a) if isinstance(a, np.ndarray) else a for a in args]
         with self._lock:
-            sink = self._sink
+            sink, state_sink = self._sink, self._state_sink
             if sink is not None and not self._arena.is_deleted():  # _step's first case, a call saved
                 self._arena, *outs = sink[0](self._arena, *sink[1], *args)
+            elif state_sink is not None and not self._arena.is_deleted() and not self._state.is_deleted():
+                # (a sink that updates the states: the same, the state buffer donated too)
+                self._arena, self._state, *outs = state_sink[0](self._arena, self._state, *state_sink[1], *args)
             else:
                 outs = self._step(args)
         outs = dict(zip(self._output_names, outs)) if device_outputs else self._host_outputs(outs)

@@ -130,3 +130,17 @@ def test_the_state_api(decoder):
         sess.set_state("past_key_0", np.zeros(2, np.float32))
     with pytest.raises(FeedError, match="no state named 'cache'.*'past_key_0'"):
         sess.get_state("cache")
+
+
+def test_int64_feeds_are_narrowed_on_the_fast_path_and_refused_out_of_range(decoder):
+    """int64 token ids and positions (stored as int32): a value that fits takes the
+    plain-feed path (the same answer as int32 feeds); one that does not is named."""
+    from aotplan.core.errors import FeedLimitError
+
+    sess = executor.load(decoder["plans"]["sink"])
+    a = sess.run(feeds([9], 3))["logits"]
+    sess.reset_state()
+    b = sess.run({"tokens": np.array([[9]], np.int32), "position": np.array([3], np.int32)})["logits"]
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(FeedLimitError, match=r"input 'position': int64 value 4294967296 is outside the int32 range"):
+        sess.run(feeds([9], 1 << 32))

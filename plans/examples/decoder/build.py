@@ -24,10 +24,10 @@ HEAD_DIM = DIM // HEADS
 OPSET = 24
 
 
-def weights(seed=0):
-    """{name: float32 array}: the decoder's weights (fixed seed)."""
+def weights(seed=0, cache=CACHE):
+    """{name: float32 array}: the decoder's weights (fixed seed; `cache` positions)."""
     rng = np.random.default_rng(seed)
-    w = {"wte": rng.normal(0, 0.5, (VOCAB, DIM)), "wpe": rng.normal(0, 0.1, (CACHE, DIM)),
+    w = {"wte": rng.normal(0, 0.5, (VOCAB, DIM)), "wpe": rng.normal(0, 0.1, (cache, DIM)),
          "lnf.g": 1 + rng.normal(0, 0.05, DIM), "lnf.b": rng.normal(0, 0.05, DIM)}
     for i in range(LAYERS):
         for name, shape in (("wq", (DIM, DIM)), ("wk", (DIM, DIM)), ("wv", (DIM, DIM)), ("wo", (DIM, DIM)),
@@ -44,12 +44,13 @@ def cache_names():
     return [(f"present_{kv}_{i}", f"past_{kv}_{i}") for i in range(LAYERS) for kv in ("key", "value")]
 
 
-def build(tokens_per_step, seed=0):
-    """-> an onnx.ModelProto of one step over `tokens_per_step` tokens."""
+def build(tokens_per_step, seed=0, cache=CACHE):
+    """-> an onnx.ModelProto of one step over `tokens_per_step` tokens, with a cache of
+    `cache` positions (the example's: CACHE; benchmarks take longer ones)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    T = tokens_per_step
-    nodes, inits = [], [numpy_helper.from_array(v, k) for k, v in weights(seed).items()]
+    T, CACHE = tokens_per_step, cache  # noqa: N806 (the module's constant, overridden)
+    nodes, inits = [], [numpy_helper.from_array(v, k) for k, v in weights(seed, cache).items()]
 
     def const(name, value):
         inits.append(numpy_helper.from_array(np.asarray(value), name))
