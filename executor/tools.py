@@ -171,21 +171,29 @@ class SoakReport:
 def soak(session, feeds_list, steps, warm=20, samples=20, rss_slack=8 << 20, on_sample=None):
     """Run `steps` steps cycling over `feeds_list`; every step's outputs must equal,
     bit for bit, the first outputs for the same feeds; the count of live jax arrays
-    must stay flat and RSS must not grow by more than `rss_slack` after warm-up.
+    must stay flat and RSS must not grow by more than `rss_slack` after warm-up (a
+    plan with states: each step from the states' initial values).
     `on_sample(step, report-so-far-line)` is called at `samples` evenly spaced steps."""
     session.wait_ready()  # (live arrays are counted on the kernels' final call path)
+    # a plan with states answers the same feeds alike only from the same states: each
+    # step starts from their initial values
+    run = session.run
+    if getattr(session, "state_specs", None):
+        def run(feeds):
+            session.reset_state()
+            return session.run(feeds)
     expected = []
     for feeds in feeds_list:
-        expected.append(session.run(feeds))
+        expected.append(run(feeds))
     for i in range(warm):
-        session.run(feeds_list[i % len(feeds_list)])
+        run(feeds_list[i % len(feeds_list)])
     every = max(1, steps // samples)
     live, rss = [len(jax.live_arrays())], [_rss_bytes()]
     mismatches, first = 0, ""
     t0 = time.perf_counter()
     for s in range(steps):
         k = s % len(feeds_list)
-        bad = _first_difference(session.run(feeds_list[k]), expected[k])
+        bad = _first_difference(run(feeds_list[k]), expected[k])
         if bad:
             mismatches += 1
             first = first or f"step {s}, output {bad!r} (feeds #{k})"
