@@ -137,3 +137,48 @@ def test_feeding_a_state_to_replay_is_one_clear_error(tmp_path):
     r = CliRunner().invoke(main, ["replay", str(plan), "--input", f"x={tmp_path / 'x.npy'}",
                                   "--input", f"acc={tmp_path / 'acc.npy'}"])
     one_error_line(r, "input 'acc' is a state of the plan: it stays on the device across steps and is not fed")
+
+
+def _greedy_onnxruntime(path, prompt, n):
+    from decoder_model import OrtStateless
+
+    ort = OrtStateless(path)
+    for p, t in enumerate(prompt):
+        logits = ort.step([t], p)
+    out = []
+    for i in range(n):
+        out.append(int(logits[0, -1].argmax()))
+        logits = ort.step([out[-1]], len(prompt) + i)
+    return out
+
+
+def test_generate_decodes_greedily_as_onnxruntime_does(tmp_path, onnx_steps):
+    states = [a for s in STATES for a in ("--state", s)]
+    for mode in ("sink", "kernel"):
+        assert _compile(onnx_steps["decode"], "-o", tmp_path / f"{mode}.plan", "--launch", mode, *states).exit_code == 0
+    prompt = [5, 9, 2, 33, 7]
+    want = _greedy_onnxruntime(onnx_steps["decode"], prompt, 10)
+    assert len(set(want)) > 1  # (not a constant answer)
+    for mode in ("sink", "kernel"):
+        r = CliRunner().invoke(main, ["generate", str(tmp_path / f"{mode}.plan"), "--prompt",
+                                      ",".join(map(str, prompt)), "--tokens", "10"])
+        assert r.exit_code == 0, r.output
+        assert f"generated: {','.join(map(str, want))}" in r.output, (mode, want, r.output)
+        assert "prefill: 5 tokens in" in r.output and "tokens/s" in r.output
+
+
+def test_generate_refuses_what_it_cannot_run(tmp_path, onnx_steps):
+    states = [a for s in STATES for a in ("--state", s)]
+    assert _compile(onnx_steps["decode"], "-o", tmp_path / "d.plan", *states).exit_code == 0
+    assert _compile(onnx_steps["decode"], "-o", tmp_path / "stateless.plan").exit_code == 0
+    assert _compile(onnx_steps["prefill"], "-o", tmp_path / "p.plan", *states).exit_code == 0
+    gen = lambda plan, *a: CliRunner().invoke(main, ["generate", str(tmp_path / plan), *a])  # noqa: E731
+    one_error_line(gen("stateless.plan", "--prompt", "1"), "keeps no state: generate needs a decoder step")
+    one_error_line(gen("d.plan", "--prompt", "1,2", "--tokens", "31"),
+                   "a prompt of 2 tokens and 31 more need 33 positions; the cache holds 32")
+    one_error_line(gen("p.plan", "--prompt", "1,2"), "takes 8 tokens a step (a prefill step): generate decodes a "
+                                                      "token a step")
+    one_error_line(gen("d.plan", "--prompt", "1", "--logits-output", "probs"),
+                   "--logits-output probs: the plan has no output 'probs' (its outputs: logits)")
+    r = gen("d.plan", "--prompt", "1,x")
+    assert r.exit_code == 2 and "expected token ids separated by commas" in r.output, r.output

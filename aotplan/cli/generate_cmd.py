@@ -1,0 +1,110 @@
+"""`aotplan generate`: greedy decoding with a plan that keeps its KV cache as state.
+
+The plan is a decoder step of one token: it takes token ids (int[1, 1]) and the
+token's position (int[1]), returns logits (float[1, 1, vocab]), and keeps its cache
+on the device (`compile --state`). The prompt is fed first, a token a step (the
+prefill), then each next token is the argmax of the last logits (greedy), one step
+each.
+"""
+
+import time
+
+import click
+import numpy as np
+
+from aotplan.core.errors import AotplanError
+from aotplan.cli.app import Path, handle_errors, main, memory_option, trust_options
+
+
+def _token_list(ctx, param, value):
+    try:
+        tokens = [int(t) for t in value.split(",") if t.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected token ids separated by commas, e.g. 1,2,3") from None
+    if not tokens or any(t < 0 for t in tokens):
+        raise click.BadParameter(f"{value!r}: expected one or more token ids >= 0")
+    return tokens
+
+
+def _spec(specs, name, kind, flag):
+    found = {n: (dt, tuple(shape)) for n, dt, shape in specs}
+    if name not in found:
+        raise AotplanError(f"{flag} {name}: the plan has no {kind} {name!r} (its {kind}s: {', '.join(found) or 'none'})")
+    return found[name]
+
+
+def capacity(session):
+    """The cache length: the second-to-last axis its states share (KV caches are laid
+    out [batch, heads, positions, head dim]); None where they do not share one."""
+    lengths = {shape[-2] for _, _, shape in session.state_specs if len(shape) >= 2}
+    return lengths.pop() if len(lengths) == 1 else None
+
+
+@main.command()
+@click.argument("plan_path", metavar="PLAN", type=Path(dir_okay=False))
+@click.option("--prompt", required=True, callback=_token_list, metavar="IDS",
+              help="The prompt's token ids, comma-separated (e.g. 1,2,3).")
+@click.option("--tokens", "n_new", default=16, show_default=True, type=click.IntRange(min=1),
+              help="How many tokens to generate after the prompt.")
+@click.option("--tokens-input", default="tokens", show_default=True, metavar="NAME",
+              help="The plan's input of token ids, int[1, 1].")
+@click.option("--position-input", default="position", show_default=True, metavar="NAME",
+              help="The plan's input of the first token's position, int[1].")
+@click.option("--logits-output", default="logits", show_default=True, metavar="NAME",
+              help="The plan's output of logits, float[1, 1, vocab].")
+@memory_option
+@trust_options
+@handle_errors
+def generate(plan_path, prompt, n_new, tokens_input, position_input, logits_output, max_memory, trust_key,
+             require_signature, trust_executables, cache_dir):
+    """Greedy decoding with PLAN, a decoder step that keeps its KV cache on the device:
+    feed the prompt, then generate --tokens tokens; print them and the tokens/s."""
+    from aotplan.cli.replay_cmd import load_session
+
+    session = load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
+                           max_memory=max_memory)
+    if not session.state_specs:
+        raise AotplanError(f"{plan_path} keeps no state: generate needs a decoder step that keeps its KV cache on "
+                           f"the device (compile it with --state OUT=IN for each cache output and input)")
+    tok_dtype, tok_shape = _spec(session.input_specs, tokens_input, "input", "--tokens-input")
+    pos_dtype, pos_shape = _spec(session.input_specs, position_input, "input", "--position-input")
+    _spec(session.output_specs, logits_output, "output", "--logits-output")
+    if len(tok_shape) != 2 or tok_shape[0] != 1 or pos_shape != (1,) or "int" not in tok_dtype + pos_dtype:
+        raise AotplanError(f"generate takes a step of int[1, 1] token ids ({tokens_input!r} is "
+                           f"{tok_dtype}{list(tok_shape)}) and an int[1] position ({position_input!r} is "
+                           f"{pos_dtype}{list(pos_shape)})")
+    if len(session.input_specs) != 2:
+        others = [n for n, _, _ in session.input_specs if n not in (tokens_input, position_input)]
+        raise AotplanError(f"generate feeds only {tokens_input!r} and {position_input!r}; {plan_path} also takes "
+                           f"{', '.join(repr(n) for n in others)}")
+    if tok_shape[1] != 1:
+        raise AotplanError(f"{plan_path} takes {tok_shape[1]} tokens a step (a prefill step): generate decodes "
+                           f"a token a step, with a plan of the decode step (int[1, 1] token ids)")
+    limit = capacity(session)
+    if limit is not None and len(prompt) + n_new > limit:
+        raise AotplanError(f"a prompt of {len(prompt)} tokens and {n_new} more need {len(prompt) + n_new} positions; "
+                           f"the cache holds {limit}")
+
+    def step(tokens, position):
+        feeds = {tokens_input: np.asarray([tokens], np.dtype(tok_dtype)),
+                 position_input: np.asarray([position], np.dtype(pos_dtype))}
+        return session.run(feeds)[logits_output][0, -1]
+
+    session.reset_state()
+    t0 = time.perf_counter()
+    for p, t in enumerate(prompt):
+        logits = step([t], p)
+    prefill = time.perf_counter() - t0
+    out = []
+    t0 = time.perf_counter()
+    for i in range(n_new):
+        out.append(int(np.argmax(logits)))
+        if i + 1 < n_new:
+            logits = step([out[-1]], len(prompt) + i)
+    decode = time.perf_counter() - t0
+    click.echo(f"prompt: {','.join(map(str, prompt))}")
+    click.echo(f"generated: {','.join(map(str, out))}")
+    how = f"{len(prompt)} steps"
+    rate = (n_new - 1) / decode if n_new > 1 and decode > 0 else float("nan")
+    click.echo(f"prefill: {len(prompt)} tokens in {prefill * 1e3:.2f} ms ({how}); decode: {n_new} tokens, "
+               f"{rate:.1f} tokens/s ({decode / max(n_new - 1, 1) * 1e3:.3f} ms a token)")
