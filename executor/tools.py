@@ -177,11 +177,12 @@ def soak(session, feeds_list, steps, warm=20, samples=20, rss_slack=8 << 20, on_
     session.wait_ready()  # (live arrays are counted on the kernels' final call path)
     # a plan with states answers the same feeds alike only from the same states: each
     # step starts from their initial values
-    run = session.run
-    if getattr(session, "state_specs", None):
-        def run(feeds):
+    stateful = bool(getattr(session, "state_specs", None))
+
+    def run(feeds):
+        if stateful:
             session.reset_state()
-            return session.run(feeds)
+        return session.run(feeds)
     expected = []
     for feeds in feeds_list:
         expected.append(run(feeds))
