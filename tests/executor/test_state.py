@@ -144,3 +144,20 @@ def test_int64_feeds_are_narrowed_on_the_fast_path_and_refused_out_of_range(deco
     np.testing.assert_array_equal(a, b)
     with pytest.raises(FeedLimitError, match=r"input 'position': int64 value 4294967296 is outside the int32 range"):
         sess.run(feeds([9], 1 << 32))
+
+
+def test_native_executables_update_the_state_in_place_too(decoder):
+    """A trusted plan's embedded executables: called from Python until adopted, then
+    through jax's dispatch; the cache stays in place and the answers are the portable
+    kernels' on either path."""
+    data = compile_plan(decoder["graph"], decoder["digest"], launch="fused", embed_native=True)
+    native = executor.load(data, trust_executables=True)
+    portable = executor.load(decoder["plans"]["fused"])
+    assert native.kernel_source == "native"
+    pointer = native.state_pointer()
+    for position, token in enumerate([4, 8, 15, 16, 23, 42]):
+        if position == 3:
+            assert native.wait_ready(60)
+        np.testing.assert_allclose(native.run(feeds([token], position))["logits"],
+                                   portable.run(feeds([token], position))["logits"], rtol=1e-5, atol=1e-6)
+        assert native.state_pointer() == pointer
