@@ -187,6 +187,13 @@ class Plan:
     memory: MemoryStats
     provenance: Provenance
     states: tuple = ()  # of PlanState (format 7)
+    # (Format 7.) Methods: entry points over one set of weights, states and arena. This
+    # plan is the first, named `method` ("" in a plan of one method); `methods` holds
+    # the others, each a Plan of its own launches, tensors and kernels, whose constants
+    # view the same data section (a weight they share is stored once), with this plan's
+    # states (same names, dtypes, shapes, offsets) and arena size, and no methods.
+    method: str = ""
+    methods: tuple = ()
 
     @property
     def has_native(self):
@@ -202,3 +209,7 @@ class Plan:
 
     def tensor_index(self):
         return {t.name: i for i, t in enumerate(self.tensors)}
+
+    def all_methods(self):
+        """-> ((name, plan), ...): this plan's first method, then the others."""
+        return ((self.method, self),) + tuple((m.method, m) for m in self.methods)

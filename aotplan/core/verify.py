@@ -15,7 +15,7 @@ O(n log n) in the plan's size (`intervals.find_overlap`, a sweep, not all-pairs,
 many tensors are live at once): a plan file cannot make it slow.
 """
 
-from aotplan.core import dtypes, formats, intervals, verify_state
+from aotplan.core import dtypes, formats, intervals, verify_methods, verify_state
 from aotplan.core.errors import LimitError, PlanError
 from aotplan.core.plan import LAUNCH_MODES, TENSOR_KINDS, WEIGHT_PLACEMENTS
 
@@ -35,9 +35,21 @@ def _index(i, n, field):
 
 
 def verify(plan):
-    """-> `plan`, or PlanError naming the first broken invariant. The checks run in
-    this order, each after those whose facts it relies on (indices in range, bytes
-    recomputed, roles assigned)."""
+    """-> `plan`, or PlanError naming the first broken invariant: each method checked
+    as a plan of its own, then what the methods share (`verify_methods`)."""
+    verify_one(plan)
+    for name, m in plan.all_methods()[1:]:
+        try:
+            verify_one(m)
+        except PlanError as e:
+            raise PlanError(f"method {name!r}: {e}") from None
+    verify_methods.check(plan)
+    return plan
+
+
+def verify_one(plan):
+    """One method. The checks run in this order, each after those whose facts it
+    relies on (indices in range, bytes recomputed, roles assigned)."""
     check_header(plan)
     parts = check_tensors(plan)
     check_parts_tile_their_base(plan, parts)

@@ -117,7 +117,7 @@ def test_an_older_format_cannot_claim_a_state(acc_plans):
     data = codec.encode(plan)
     header, payload, section, _ = codec.split(data)
     m = msgpack.unpackb(payload, raw=False)
-    del m["states"]  # a format-6 payload: no states field, kernel rows of 7, memory of 8
+    del m["states"], m["method"], m["methods"]  # a format-6 payload: no such fields, kernel rows of 7, memory of 8
     m["kernels"] = [r[:7] for r in m["kernels"]]
     m["memory"] = m["memory"][:8]
     forged = reheader(msgpack.packb(m, use_bin_type=True), version=6, data=bytes(section))

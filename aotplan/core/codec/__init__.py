@@ -70,7 +70,7 @@ current one, a step per version), `data` (the data section), `fields` (type chec
 of decoded values), `plan_file` (encode, decode), `files` (reading a file), `keys`.
 """
 
-from aotplan.core.codec.data import DATA_ALIGN, DATA_CHUNK, chunk_digests, data_section  # noqa: F401
+from aotplan.core.codec.data import DATA_ALIGN, DATA_CHUNK, chunk_digests, data_section, shared_data_section  # noqa: F401,E501
 from aotplan.core.codec.files import named, read, read_bytes, read_checked  # noqa: F401
 from aotplan.core.codec.frame import (  # noqa: F401
     HEADER_FIELDS, HEADER_FIELDS_5, MAGIC, MAX_HEADER_BYTES, MAX_SUPPORTED_VERSION, MIN_SUPPORTED_VERSION, data_start,

@@ -40,3 +40,29 @@ def data_section(constants):
         rows.append([c.tensor, start, len(c.data)])
         end = start + len(c.data)
     return rows, b"".join(parts)
+
+
+def shared_data_section(constant_lists):
+    """[constants of the plan, of each further method] -> ([rows of each], the data
+    section): the plan's constants laid out as `data_section` lays them out (so a plan
+    of one method keeps its bytes), then each method's constants that are not already
+    there byte for byte (a weight two methods share is stored once)."""
+    rows, data = data_section(constant_lists[0])
+    out, parts, end = [rows], [data], len(data)
+    at = {}  # sha256 of a constant's bytes -> its (offset, length)
+    for c, (_, start, n) in zip(constant_lists[0], rows):
+        at.setdefault(hashlib.sha256(c.data).digest(), (start, n))
+    for constants in constant_lists[1:]:
+        mine = []
+        for c in constants:
+            key = hashlib.sha256(c.data).digest()
+            if key not in at:
+                start = align(end)
+                if start > end:
+                    parts.append(bytes(start - end))
+                parts.append(c.data)
+                at[key] = (start, len(c.data))
+                end = start + len(c.data)
+            mine.append([c.tensor, *at[key]])
+        out.append(mine)
+    return out, b"".join(parts)

@@ -4,14 +4,14 @@ back, every field's type checked. An older format's payload is upgraded first.""
 import msgpack
 
 from aotplan.core.codec import upgrades
-from aotplan.core.codec.data import DATA_ALIGN, DATA_CHUNK, chunk_digests, data_section
+from aotplan.core.codec.data import DATA_ALIGN, DATA_CHUNK, chunk_digests, shared_data_section
 from aotplan.core.codec.fields import check, exact_fields, get, ints, row, strs
-from aotplan.core.codec.upgrades import PAYLOAD_FIELDS
+from aotplan.core.codec.upgrades import METHOD_FIELDS, PAYLOAD_FIELDS
 from aotplan.core.errors import PlanError
 from aotplan.core.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanState, PlanTensor, Provenance
 
-FORMAT_VERSION = 7  # the newest format, what `encode_payload` writes for a plan with states
-STATELESS_VERSION = 6  # what it writes for a plan without: the bytes executors before states read
+FORMAT_VERSION = 7  # the newest format, what `encode_payload` writes for a plan with states or methods
+STATELESS_VERSION = 6  # what it writes for a plan of one method without: the bytes executors before 7 read
 
 # Limits for the payload decoder: a corrupt length field must not allocate gigabytes.
 # Each is also capped by the payload's size (`_limits`): an element takes at least a byte.
@@ -40,9 +40,9 @@ def has_state(plan):
 
 
 def version_of(plan):
-    """The format a plan is written in: the oldest that holds it (6 without states, so
-    a stateless plan's bytes are those of aotplan 0.6 and its executors read them)."""
-    return FORMAT_VERSION if has_state(plan) else STATELESS_VERSION
+    """The format a plan is written in: the oldest that holds it (6 without states or
+    methods, so such a plan's bytes are those of aotplan 0.6 and its executors read them)."""
+    return FORMAT_VERSION if has_state(plan) or plan.methods or plan.method else STATELESS_VERSION
 
 
 def _launch(l):
@@ -51,12 +51,29 @@ def _launch(l):
 
 def encode_payload(plan, constant_rows=None, digests=None):
     """The payload's bytes, in format `version_of(plan)`. It needs the data section's
-    constant rows and chunk digests (`data_section`, `chunk_digests`)."""
-    m, p = plan.memory, plan.provenance
+    constant rows (one list per method where the plan has several) and chunk digests
+    (`shared_data_section`, `chunk_digests`)."""
     version = version_of(plan)
     if constant_rows is None:
-        constant_rows, data = data_section(plan.constants)
+        rows, data = shared_data_section([plan.constants] + [m.constants for m in plan.methods])
         digests = chunk_digests(data)
+    else:
+        rows = constant_rows if plan.methods else [constant_rows]
+    p = plan.provenance
+    fields = _fields(plan, rows[0], version, {
+        "data_sha256": digests,
+        "provenance": [p.model_name, p.model_digest, p.aotplan_version, p.jax_version, p.jaxlib_version,
+                       list(p.platforms), p.native_fingerprint]})
+    if version >= 7:
+        fields["method"] = plan.method
+        fields["methods"] = [_fields(m, r, version, {}) | {"method": m.method} for m, r in zip(plan.methods, rows[1:])]
+    return msgpack.packb(fields, use_bin_type=True)
+
+
+def _fields(plan, constant_rows, version, shared):
+    """A plan's own fields, in the order format 6 wrote them (its bytes depend on it);
+    `shared`: data_sha256 and provenance, the top plan's alone."""
+    m = plan.memory
     memory = [m.arena_bytes, m.lower_bound_bytes, m.naive_bytes, m.constant_pool_bytes, m.max_workspace_bytes,
               m.plain_bound_bytes, m.shared_bound_bytes, m.inline_constant_bytes]
     fields = {
@@ -68,7 +85,7 @@ def encode_payload(plan, constant_rows=None, digests=None):
         "arena_bytes": plan.arena_bytes,
         "tensors": [_tensor(t) for t in plan.tensors],
         "constants": constant_rows,
-        "data_sha256": digests,
+        **({"data_sha256": shared["data_sha256"]} if shared else {}),
         "kernels": [_kernel(k, version) for k in plan.kernels],
         "launches": [_launch(l) for l in plan.launches],
         "inputs": list(plan.inputs),
@@ -78,12 +95,11 @@ def encode_payload(plan, constant_rows=None, digests=None):
         "output_kernel": plan.output_kernel,
         "place_kernel": plan.place_kernel,
         "memory": memory + ([m.state_bytes] if version >= 7 else []),
-        "provenance": [p.model_name, p.model_digest, p.aotplan_version, p.jax_version, p.jaxlib_version,
-                       list(p.platforms), p.native_fingerprint],
+        **({"provenance": shared["provenance"]} if shared else {}),
     }
     if version >= 7:
         fields["states"] = [[s.name, s.tensor, s.update] for s in plan.states]
-    return msgpack.packb(fields, use_bin_type=True)
+    return fields
 
 
 # ---------------------------------------------------------------- decoding
@@ -137,20 +153,30 @@ def constants_in(rows, digests, section):
     for i, d in enumerate(digests):
         if not isinstance(d, bytes) or len(d) != 32:
             raise PlanError(f"plan field data_sha256[{i}]: expected 32 bytes")
+    consts = rows_in(rows, section)
+    for k, got in enumerate(chunk_digests(section)):
+        if got != digests[k]:
+            raise PlanError(f"plan is corrupt: digest mismatch in the data section's bytes "
+                            f"[{k * DATA_CHUNK}, {min(len(section), (k + 1) * DATA_CHUNK)})")
+    return consts
+
+
+def rows_in(rows, section, ascending=True):
+    """Constant rows [tensor, offset, bytes] -> PlanConstants viewing the data section
+    (read-only): each an aligned range inside it, after the previous one's (a further
+    method's rows, `ascending` False, may point anywhere in it: at bytes a constant of
+    another method holds too)."""
     consts, end = [], 0
     for i, c in enumerate(rows):
         f = f"constants[{i}]"
         c = row(c, 3, f)
         tensor, at, n = (check(c[j], int, f + k) for j, k in enumerate((".tensor", ".offset", ".bytes")))
-        if at % DATA_ALIGN or at < end or n < 0 or at + n > len(section):
+        if at % DATA_ALIGN or (ascending and at < end) or at < 0 or n < 0 or at + n > len(section):
             raise PlanError(f"plan field {f}: bytes [{at}, {at + n}) are not an aligned range of the data "
-                            f"section ({len(section)} bytes) after the previous constant's (ending at {end})")
+                            f"section ({len(section)} bytes)" + (f" after the previous constant's (ending at {end})"
+                                                                 if ascending else ""))
         end = at + n
         consts.append(PlanConstant(tensor, section[at:end]))
-    for k, got in enumerate(chunk_digests(section)):
-        if got != digests[k]:
-            raise PlanError(f"plan is corrupt: digest mismatch in the data section's bytes "
-                            f"[{k * DATA_CHUNK}, {min(len(section), (k + 1) * DATA_CHUNK)})")
     return consts
 
 
@@ -165,13 +191,28 @@ def decode_payload(payload, version=FORMAT_VERSION, section=b""):
     m, section = upgrades.upgrade(m, version, section)
     exact_fields(m, PAYLOAD_FIELDS, "plan")
     consts = constants_in(get(m, "constants", list), get(m, "data_sha256", list), section)
-    mem = ints(row(get(m, "memory", list), 9, "memory"), "memory")
     prov = row(get(m, "provenance", list), 7, "provenance")
     for i in (0, 1, 2, 3, 4, 6):
         check(prov[i], str, f"provenance[{i}]")
     check(prov[5], list, "provenance.platforms")
     for i, p in enumerate(prov[5]):
         check(p, str, f"provenance.platforms[{i}]")
+    provenance = Provenance(prov[0], prov[1], prov[2], prov[3], prov[4], tuple(prov[5]), prov[6])
+    methods = []
+    section = memoryview(section).toreadonly()
+    for i, sub in enumerate(get(m, "methods", list)):
+        check(sub, dict, f"methods[{i}]")
+        exact_fields(sub, METHOD_FIELDS, f"methods[{i}]")
+        try:
+            methods.append(_decode_plan(sub, rows_in(get(sub, "constants", list), section, ascending=False),
+                                        provenance, ()))
+        except PlanError as e:
+            raise PlanError(f"methods[{i}]: {e}") from None
+    return _decode_plan(m, consts, provenance, tuple(methods))
+
+
+def _decode_plan(m, consts, provenance, methods):
+    mem = ints(row(get(m, "memory", list), 9, "memory"), "memory")
     return Plan(
         launch_mode=get(m, "launch_mode", str), weights=get(m, "weights", str),
         planner=get(m, "planner", str), passes=strs(get(m, "passes", list), "passes"),
@@ -186,6 +227,8 @@ def decode_payload(payload, version=FORMAT_VERSION, section=b""):
         input_kernel=get(m, "input_kernel", int), output_kernel=get(m, "output_kernel", int),
         place_kernel=get(m, "place_kernel", int),
         memory=MemoryStats(*mem),
-        provenance=Provenance(prov[0], prov[1], prov[2], prov[3], prov[4], tuple(prov[5]), prov[6]),
+        provenance=provenance,
         states=tuple(_decode_state(r, i) for i, r in enumerate(get(m, "states", list))),
+        method=get(m, "method", str),
+        methods=methods,
     )

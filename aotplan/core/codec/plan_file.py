@@ -2,7 +2,7 @@
 
 import struct
 
-from aotplan.core.codec.data import chunk_digests, data_section
+from aotplan.core.codec.data import chunk_digests, shared_data_section
 from aotplan.core.codec.frame import frame, split
 from aotplan.core.codec.payload import decode_payload, encode_payload, version_of
 from aotplan.core.errors import PlanError
@@ -10,9 +10,9 @@ from aotplan.core.errors import PlanError
 
 def encode(plan, sign_key=None):
     """Plan -> bytes; `sign_key` (bytes) signs it with HMAC-SHA256."""
-    rows, data = data_section(plan.constants)
-    return frame(encode_payload(plan, rows, chunk_digests(data)), plan.launch_mode, sign_key, version_of(plan),
-                 data=data)
+    rows, data = shared_data_section([plan.constants] + [m.constants for m in plan.methods])
+    return frame(encode_payload(plan, rows if plan.methods else rows[0], chunk_digests(data)), plan.launch_mode,
+                 sign_key, version_of(plan), data=data)
 
 
 def decode(data, trust_key=None, require_signature=False):

@@ -13,7 +13,10 @@ PAYLOAD_FIELDS_2 = ("launch_mode", "weights", "planner", "passes", "alignment", 
                     "kernels", "launches", "inputs", "outputs", "output_names", "input_kernel", "output_kernel",
                     "place_kernel", "memory", "provenance")
 PAYLOAD_FIELDS_5 = PAYLOAD_FIELDS_2 + ("data_sha256",)  # format 5's `data_sha256`; 6 added none
-PAYLOAD_FIELDS_7 = PAYLOAD_FIELDS_5 + ("states",)
+PAYLOAD_FIELDS_7 = PAYLOAD_FIELDS_5 + ("states", "method", "methods")
+# a further method of a format-7 plan: a plan's own fields (the data section's digests
+# and the provenance are the top plan's; a method holds no methods)
+METHOD_FIELDS = tuple(f for f in PAYLOAD_FIELDS_7 if f not in ("data_sha256", "provenance", "methods"))
 PAYLOAD_FIELDS = PAYLOAD_FIELDS_7  # the current format's
 FIELDS_OF = {2: PAYLOAD_FIELDS_2, 3: PAYLOAD_FIELDS_2, 4: PAYLOAD_FIELDS_2, 5: PAYLOAD_FIELDS_5, 6: PAYLOAD_FIELDS_5,
              7: PAYLOAD_FIELDS_7}
@@ -67,16 +70,17 @@ def to_6(m, section, version):
 
 
 def to_7(m, section, version):
-    """Format 7 added states: the "state" kind and storage, `states`, kernel rows'
-    `state` flag and `memory`'s state_bytes. An older plan has none (and says so,
-    where a row claims one). Format 7 is written only for plans with states."""
+    """Format 7 added states (the "state" kind and storage, `states`, kernel rows'
+    `state` flag and `memory`'s state_bytes) and methods (`method`, `methods`). An
+    older plan has none (and says so, where a row claims a state). Format 7 is written
+    only for plans with states or methods."""
     for i, r in enumerate(_tensor_rows(m, 13)):
         if r[1] == "state" or r[6] == "state":
             raise PlanError(f"plan field tensors[{i}]: 'state' is a format 7 kind and storage, this plan says "
                             f"format {version}")
     m["kernels"] = [row(r, 7, f"kernels[{i}]") + [False] for i, r in enumerate(get(m, "kernels", list))]
     m["memory"] = list(row(get(m, "memory", list), 8, "memory")) + [0]
-    m["states"] = []
+    m["states"], m["method"], m["methods"] = [], "", []
     return m, section
 
 
