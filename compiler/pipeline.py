@@ -299,8 +299,11 @@ def inline_choice(groups, live, options):
     return frozenset(chosen)
 
 
-def compile_graph(graph, digest, options=Options(), progress=None, on_start=None):
-    """Graph -> Result. `on_start(n_kernels)` and `progress(n)` drive a progress bar."""
+def compile_graph(graph, digest, options=Options(), progress=None, on_start=None, arena_bytes=None):
+    """Graph -> Result. `on_start(n_kernels)` and `progress(n)` drive a progress bar.
+    `arena_bytes`: the arena's size, at least what this graph's plan needs (the
+    methods of one plan share an arena: `compiler.methods`); fused groups are then not
+    split (a split would change the plan's arena)."""
     t0 = time.perf_counter()
     unknown = sorted(set(options.targets) - set(TARGETS))
     if unknown:
@@ -313,6 +316,11 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     output_names, n_nodes = graph.returned, len(graph.nodes)
     fr = front(graph, options)
     p = plan_front(fr, options)
+    if arena_bytes is not None:
+        if arena_bytes < p.mem.arena_bytes:
+            raise ModelError(f"an arena of {arena_bytes} bytes is too small: {graph.name!r} needs "
+                             f"{p.mem.arena_bytes}")
+        p = dataclasses.replace(p, mem=dataclasses.replace(p.mem, arena_bytes=arena_bytes))
     if on_start:
         on_start(len(p.groups))
     native_for = None
@@ -331,7 +339,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
                          state=(p.state_offsets, p.state_bytes))
 
     lowered = lowered_for(p, progress)
-    if options.launch == "fused" and options.split_groups:
+    if options.launch == "fused" and options.split_groups and arena_bytes is None:
         p, lowered = search.split_widest(p, lowered, lambda cuts: plan_front(fr, options, cuts), lowered_for)
     graph, groups, live, mem = p.graph, p.groups, p.live, p.mem
     debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches")

@@ -48,18 +48,51 @@ def _free(device):
 
 
 def _io_bytes(plan):
-    return sum(plan.tensors[i].nbytes for i in plan.inputs + plan.outputs)
+    return max(sum(m.tensors[i].nbytes for i in m.inputs + m.outputs) for _, m in plan.all_methods())
+
+
+def combined(plan):
+    """The plan's memory figures over all its methods: one arena and one state buffer,
+    the pool constants of equal bytes placed once (as the session places them), every
+    method's inline constants, the largest workspace."""
+    import dataclasses
+
+    if not plan.methods:
+        return plan.memory
+    pool, seen = 0, set()
+    for _, m in plan.all_methods():
+        data = {c.tensor: c.data for c in m.constants}
+        for i, t in enumerate(m.tensors):
+            if t.storage == "pool":
+                key = constant_key(data[i], t) if i in data else (id(m), i)
+                if key not in seen:
+                    seen.add(key)
+                    pool += t.nbytes
+    ms = [m.memory for _, m in plan.all_methods()]
+    return dataclasses.replace(plan.memory, constant_pool_bytes=pool,
+                               inline_constant_bytes=sum(m.inline_constant_bytes for m in ms),
+                               max_workspace_bytes=max(m.max_workspace_bytes for m in ms))
+
+
+def constant_key(data, t):
+    """What makes two pool constants one device array: the same bytes of the file
+    (methods share a weight's bytes in the data section), dtype and shape."""
+    import numpy as np
+
+    view = np.frombuffer(data, np.uint8)
+    return view.ctypes.data if view.size else 0, view.size, t.dtype, tuple(t.shape)
 
 
 def check_stated(plan, allowed, where):
-    """The plan's stated memory (arena, constants, workspace) and its inputs and outputs
-    against `allowed` (`limit`), before anything is allocated."""
-    m = plan.memory
+    """The plan's stated memory (arena, constants, workspace, states) and its inputs and
+    outputs against `allowed` (`limit`), before anything is allocated."""
+    m = combined(plan)
     need = m.step_device_bytes + _io_bytes(plan)
     if allowed is not None and need > allowed:
         raise LimitError(f"plan needs {need} bytes of device memory (arena {m.arena_bytes}, constant pool "
                          f"{m.constant_pool_bytes}, inline constants {m.inline_constant_bytes}, workspace "
-                         f"{m.max_workspace_bytes}, inputs and outputs {_io_bytes(plan)}), but {where}")
+                         f"{m.max_workspace_bytes}, states {m.state_bytes}, inputs and outputs {_io_bytes(plan)}), "
+                         f"but {where}")
 
 
 def compiled_workspace(plan, callables, paths):
@@ -82,8 +115,8 @@ def check_compiled(plan, workspace, kernel, allowed, where):
     """The plan's memory with the workspace its compiled kernels really need (XLA's
     figures: a kernel may want more than the plan states), before the arena is
     allocated."""
-    m = plan.memory
-    need = m.arena_bytes + m.constant_pool_bytes + m.inline_constant_bytes + workspace + _io_bytes(plan)
+    m = combined(plan)
+    need = m.arena_bytes + m.constant_pool_bytes + m.inline_constant_bytes + m.state_bytes + workspace + _io_bytes(plan)
     if allowed is not None and need > allowed:
         raise LimitError(f"plan needs {need} bytes of device memory once compiled here (kernel {kernel!r} wants "
                          f"{workspace} bytes of workspace, the plan states {m.max_workspace_bytes}; arena "

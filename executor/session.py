@@ -39,6 +39,21 @@ def _host_is_device(device):
     return device.platform == "cpu"
 
 
+class _Buffers:
+    """The device buffers a session's steps replace (every kernel donates them and
+    returns the new ones), shared by the sessions of a plan's methods."""
+
+    __slots__ = ("arena", "state", "state_lost")
+
+    def __init__(self):
+        self.arena = self.state = None
+        self.state_lost = False
+
+
+def _buffer(name):
+    return property(lambda self: getattr(self._buf, name), lambda self, v: setattr(self._buf, name, v))
+
+
 class Session:
     """`warmup`: run one step on zero inputs while loading, so that one-time runtime
     set-up (thread pools, library kernels built on first use, on a GPU module loading)
@@ -73,27 +88,44 @@ class Session:
     `plan`: the verified plan. On a device whose memory is not the host's (a GPU), its
     `constants` are dropped once placed, so the host does not keep the weights too."""
 
-    def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None, jobs=None, max_memory=None):
+    def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None, jobs=None, max_memory=None,
+                 _parent=None):
         with jax.transfer_guard("allow"):  # (the load's own transfers)
-            self._load(plan, device, warmup, trusted, progress, jobs, max_memory)
+            self._load(plan, device, warmup, trusted, progress, jobs, max_memory, _parent)
 
-    def _load(self, plan, device, warmup, trusted, progress, jobs, max_memory):
+    def _load(self, plan, device, warmup, trusted, progress, jobs, max_memory, parent):
+        """`parent`: the session of a plan's first method, where this one loads a further
+        method (`Plan.methods`): it shares the parent's device, lock, buffers (arena,
+        state), placed weights and checks, and the parent runs the warm-up steps."""
         t0 = time.perf_counter()
-        process.check_not_forked("Session")
-        self._pid, self._forks = os.getpid(), process.forks
-        self.device = resolve_device(device)
-        self._host_memory = _host_is_device(self.device)
-        if not isinstance(plan, Plan):
-            raise PlanError(f"Session takes a decoded plan (aotplan.core.plan.Plan), got {type(plan).__name__}: "
-                            f"executor.load(path) loads a plan file")
-        check_progress(progress, "Session")
-        memory_limits.check_max_memory("Session", max_memory)
-        progress = progress or (lambda what: None)
-        self._lock = threading.Lock()
         self._closed = False
         self._adopting_here = threading.Lock()  # (wait_ready, where no thread can adopt)
-        progress("verifying the plan")
-        verify.verify(plan)
+        self._children = {}  # (a plan's further methods: name -> their sessions)
+        self._is_method = parent is not None  # (a further method's: its buffers are its parent's)
+        if parent is None:
+            process.check_not_forked("Session")
+            self._pid, self._forks = os.getpid(), process.forks
+            self.device = resolve_device(device)
+            self._host_memory = _host_is_device(self.device)
+            if not isinstance(plan, Plan):
+                raise PlanError(f"Session takes a decoded plan (aotplan.core.plan.Plan), got {type(plan).__name__}: "
+                                f"executor.load(path) loads a plan file")
+            check_progress(progress, "Session")
+            memory_limits.check_max_memory("Session", max_memory)
+            progress = progress or (lambda what: None)
+            self._lock = threading.Lock()
+            self._buf = _Buffers()
+            self._placed = {}  # (memory_limits.constant_key) -> a pool constant's device array, shared by methods
+            progress("verifying the plan")
+            verify.verify(plan)
+            allowed, where = memory_limits.limit(self.device, max_memory)
+            memory_limits.check_stated(plan, allowed, where)
+            self._limits = (plan, allowed, where)
+        else:
+            self._pid, self._forks, self.device, self._host_memory = (parent._pid, parent._forks, parent.device,
+                                                                     parent._host_memory)
+            self._lock, self._buf, self._placed, self._limits = parent._lock, parent._buf, parent._placed, \
+                parent._limits
         self.plan = plan
         T = plan.tensors
         self._inputs = [T[i] for i in plan.inputs]
@@ -102,14 +134,13 @@ class Session:
         # outputs whose storage dtype is their logical one read back as they are
         self._outputs_as_stored = all(dtypes.storage_dtype(t.dtype) == t.dtype for t in self._outputs)
         wants = kernel_loader.kernel_roles(plan)
-        allowed, where = memory_limits.limit(self.device, max_memory)
-        memory_limits.check_stated(plan, allowed, where)
         self.kernel_source = kernel_loader.kernel_source(plan, self.device, trusted)
         loaded = kernel_loader.load_kernels(plan, wants, self.device, self.kernel_source, jobs, progress)
         # the workspace XLA says the kernels compiled here need (a kernel may want more
         # than the plan states), checked before the arena and the constants are placed
         self.workspace_bytes, widest = memory_limits.compiled_workspace(plan, loaded.callables, loaded.paths)
-        memory_limits.check_compiled(plan, self.workspace_bytes, widest, allowed, where)
+        whole, allowed, where = self._limits
+        memory_limits.check_compiled(whole, self.workspace_bytes, widest, allowed, where)
         # {kernel name: how it was loaded}: kernels.COMPILED (its StableHLO compiled as
         # it is) or kernels.NATIVE (its embedded executable) on the fast paths, or a
         # slower one (`kernels.paths_note` says which)
@@ -125,7 +156,13 @@ class Session:
 
         put = lambda a: jax.device_put(a, self.device)  # noqa: E731
         progress("placing the constants")
-        self._pool = {i: put(host_const(i)) for i, t in enumerate(T) if t.storage == "pool"}
+        self._pool = {}
+        for i, t in enumerate(T):  # (a weight several methods share: one device array)
+            if t.storage == "pool":
+                key = memory_limits.constant_key(data[i], t)
+                if key not in self._placed:
+                    self._placed[key] = put(host_const(i))
+                self._pool[i] = self._placed[key]
         self._to_adopt = self._adopting = self._adopt_here = None  # (`_start_adopting`; set once loaded)
         self.adopt_seconds = None  # how long the background adoption took (`_adopt`), once done
         self._extras = []  # each launch's arguments after the arena: pool constants, offsets
@@ -140,12 +177,18 @@ class Session:
         # the arena constants' host bytes (views of the plan's), to place them again if a
         # step loses the arena (`_fresh_arena`); dropped below with the plan's constants
         self._arena_consts = [host_const(i) for i, t in enumerate(T) if t.kind == "constant" and t.storage == "arena"]
-        self._arena = self._fresh_arena()
         # the state buffer (format 7), beside the arena: placed once, updated in place by
         # the kernels that touch it, read or written only through the methods below
-        self._states = states.States(plan, data, self.device)
-        self._state = self._states.fresh() if plan.states else None
-        self._state_lost = False
+        self._states = states.States(plan, data, self.device) if parent is None else parent._states
+        if parent is None:
+            self._arena = self._fresh_arena()
+            self._state = self._states.fresh() if plan.states else None
+            self._state_lost = False
+            for m in plan.methods:  # (verified with this one: the arena's size, the states)
+                progress(f"loading method {m.method!r}")
+                self._children[m.method] = Session(m, self.device, False, trusted, progress, jobs, max_memory,
+                                                   _parent=self)
+                self.kernel_paths.update((f"{m.method}/{k}", v) for k, v in self._children[m.method].kernel_paths.items())
         if not self._host_memory:
             # The device holds the weights now: keep no host copy of them (the plan's
             # constants view the file's bytes, which would otherwise stay for the
@@ -154,17 +197,27 @@ class Session:
             del data
             self.plan = plan = dataclasses.replace(plan, constants=())
             self._arena_consts = None
-        if warmup:
-            progress("running a warm-up step")
-            zeros = {t.name: np.zeros(t.shape, dtypes.np_dtype(t.dtype)) for t in self._inputs}
-            jax.block_until_ready(self.run(zeros))
-            if self._state is not None:  # the warm-up step updated the states: back to their initial values
+        if warmup and parent is None:
+            for name, sess in self.methods.items():
+                progress("running a warm-up step" + (f" of method {name!r}" if self._children else ""))
+                zeros = {t.name: np.zeros(t.shape, dtypes.np_dtype(t.dtype)) for t in sess._inputs}
+                jax.block_until_ready(self.run(zeros, method=name or None))
+            if self._state is not None:  # the warm-up steps updated the states: back to their initial values
                 self.reset_state()
         self._arena.block_until_ready()
         self.load_seconds = time.perf_counter() - t0
         # native kernels get jax's call path in a background thread started after the
         # first step (or by wait_ready), so that a step right after load runs alone
         self._to_adopt = loaded.to_adopt or None
+
+    _arena, _state, _state_lost = _buffer("arena"), _buffer("state"), _buffer("state_lost")
+
+    @property
+    def methods(self):
+        """{method name: its session}: this session (the plan's first method) and one per
+        further method, which share its arena, state buffer and weights (a plan of one
+        method: {"": self})."""
+        return {self.plan.method: self, **self._children}
 
     def _bind(self, kernels_):
         """Point the launches, the sink and the input, output and place kernels at
@@ -251,10 +304,11 @@ class Session:
         with self._adopting_here:  # no thread could start: adopt in this one (others wait for it)
             if here:
                 self._adopt(here, pause=0)
+        ready = all([child.wait_ready(timeout) for child in self._children.values()])
         if thread is not None:
             thread.join(timeout)
-            return not thread.is_alive()
-        return True
+            return not thread.is_alive() and ready
+        return ready
 
     def _fresh_arena(self):
         """A new arena as load leaves it: zeros, the arena constants placed. Every
@@ -288,15 +342,23 @@ class Session:
         than when the garbage collector finds the session; steps after it are a
         PlanError. Idempotent. A host that loads and unloads plans (a model server)
         gets its device memory back this way: `tests/executor/test_close.py` loads and
-        closes 50 plans in one process and sees live arrays and RSS settle."""
+        closes 50 plans in one process and sees live arrays and RSS settle. The session of
+        a plan's first method closes its other methods' too (they share its buffers);
+        one of theirs (`methods[NAME]`) closes itself alone, keeping what it shares."""
+        for child in self._children.values():
+            child.close()
         if self._adopting is not None:  # (the background adoption would bind kernels again)
             self._adopting.join()
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            held = [self._arena, self._state, *self._pool.values(), *(x for e in self._extras for x in e)]
-            self._arena = self._state = None
+            held = [*self._pool.values(), *(x for e in self._extras for x in e)]
+            if self._placed is not None and self._is_method:  # (the arena, the states and the weights are shared)
+                held = [x for e in self._extras for x in e if not any(x is p for p in self._pool.values())]
+            else:
+                held += [self._arena, self._state]
+                self._arena = self._state = None
             self._pool, self._extras, self._kernels, self._launches = {}, [], {}, []
             self._sink = self._state_sink = self._in_kernel = self._out_kernel = self._place = None
             self._to_adopt = self._adopt_here = None
@@ -410,7 +472,7 @@ class Session:
         moves it once, where the caller can see the cost."""
         return self._feeds.args(feeds)[0]
 
-    def run(self, feeds, device_outputs=False):
+    def run(self, feeds, device_outputs=False, method=None):
         """{input name: array} -> {output name: array}.
 
         Inputs are numpy arrays of the logical dtype, or device arrays (`jax.Array`) of
@@ -419,7 +481,12 @@ class Session:
         Outputs are numpy arrays of the logical dtype, or with `device_outputs=True`
         device arrays of the storage dtype, left on the device. Non-contiguous and
         big-endian numpy arrays are accepted (copied while staging); NaN and Inf are values like any
-        other. Safe to call from several threads: steps are serialized."""
+        other. Safe to call from several threads: steps are serialized.
+        `method`: which of the plan's methods runs (`methods`); a plan of several
+        methods needs it, a plan of one takes None (or its name)."""
+        if method is not None or self._children:
+            if method != self.plan.method:
+                return self._method(method).run(feeds, device_outputs)
         if process.forks != self._forks:
             self._check_process("Session.run")
         if device_outputs is not False and device_outputs is not True and type(device_outputs) is not np.bool_:
@@ -446,6 +513,14 @@ class Session:
         if self._to_adopt is not None:  # the first step is done: native kernels get jax's call path
             self._start_adopting()
         return outs
+
+    def _method(self, name):
+        if name not in self._children:
+            known = ", ".join(repr(n) for n in self.methods)
+            if name is None:
+                raise FeedError(f"the plan has several methods ({known}): name one, run(feeds, method=NAME)")
+            raise FeedError(f"unknown method {name!r} (the plan's methods: {known})")
+        return self._children[name]
 
     def _check_process(self, what):
         """ForkError where this process is a fork of the one that loaded the session.

@@ -10,7 +10,7 @@ from aotplan.core import fileio
 from aotplan.core.errors import AotplanError
 from aotplan.cli.app import Path, handle_errors, main
 from aotplan.cli.files import refuse_overwriting_inputs, refuse_unwritable
-from aotplan.cli.models import FREEZE_HELP, INPUT_SHAPE_HELP, OUTSIDE_WEIGHTS_HELP, STATE_HELP, load_model
+from aotplan.cli.models import FREEZE_HELP, INPUT_SHAPE_HELP, OUTSIDE_WEIGHTS_HELP, STATE_HELP, load_methods
 from aotplan.cli.text import fmt_bytes, plural
 
 
@@ -39,13 +39,23 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
 
 
 @main.command("compile")
-@click.argument("model", type=Path(dir_okay=False))
+@click.argument("model", type=Path(dir_okay=False), required=False)
 @click.option("-o", "--output", type=Path(dir_okay=False),
               help="Plan file to write (default: <name>.plan in the current directory, <name> being the model's "
                    "name as the plan records it: model.json's \"name\" field).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=INPUT_SHAPE_HELP)
 @click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy", help=FREEZE_HELP)
 @click.option("--state", "states", multiple=True, metavar="OUT=IN", help=STATE_HELP)
+@click.option("--method", "method_specs", multiple=True, metavar="NAME=MODEL",
+              help="A method of the plan (repeatable): an entry point compiled from MODEL, run with "
+                   "session.run(feeds, method=NAME). The methods share the weights (a weight equal by name, dtype, "
+                   "shape and bytes is stored and placed once), the states (--state applies to each) and one "
+                   "arena, sized for the largest. E.g. --method prefill=prefill.onnx --method decode=decode.onnx. "
+                   "Instead of MODEL.")
+@click.option("--profile", "profiles", multiple=True, metavar="NAME:INPUT=D0,D1,...",
+              help="A method of MODEL at other input shapes (repeatable; several inputs separated by ';'): e.g. "
+                   "--profile b1:x=1,3,224,224 --profile b8:x=8,3,224,224, one method each, the weights stored "
+                   "once. For ONNX inputs with symbolic dimensions.")
 @click.option("--launch", type=click.Choice(LAUNCH_MODES), default="sink", show_default=True,
               help="Launch granularity: sink = the whole step is one XLA program (fastest); fused = one launch "
                    "per group (a contraction and the cheap ops around it), tensors crossing groups live in the "
@@ -121,8 +131,14 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, disabled_opts, launch,
                 fuse_min_flops, no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement,
                 schedule, format_policy, no_conv_bands, jobs, inline_bytes, allow_outside_weights,
-                max_unrolled_nodes, states):
-    """Compile MODEL (a model.json, or an .onnx file) into a frozen plan."""
+                max_unrolled_nodes, states, method_specs, profiles):
+    """Compile MODEL (a model.json, or an .onnx file) into a frozen plan (or, with
+    --method, several models into one plan of several methods)."""
+    if bool(model) == bool(method_specs):
+        raise click.UsageError("give MODEL, or --method NAME=MODEL for each method, not both" if model else
+                               "missing MODEL (or --method NAME=MODEL for each method)")
+    if profiles and not model:
+        raise click.UsageError("--profile makes methods of MODEL: give MODEL, not --method")
     off = set(disabled_opts)
     if "placement" in off and placement == "always":
         raise click.UsageError("--disable placement and --placement always contradict each other")
@@ -169,15 +185,19 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         bar["b"] = click.progressbar(length=n, label="lowering launches", file=sys.stderr)
         bar["b"].__enter__()
 
+    sources = model or [spec.partition("=")[2] for spec in method_specs]
     if output is not None:
-        refuse_overwriting_inputs(output, "-o", model, frozen, sign_key)
+        refuse_overwriting_inputs(output, "-o", sources, frozen, sign_key)
         refuse_unwritable(output, f"plan {output!r}")
     else:
         refuse_unwritable(".", "the plan in the current folder (no -o given)", folder=True)
     try:
-        graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights, states)
-        res = pipeline.compile_graph(graph, digest, opts, progress=lambda k: "b" in bar and bar["b"].update(k),
-                                     on_start=on_start)
+        from compiler import methods
+
+        named, digest = load_methods(model, method_specs, profiles, input_shapes, frozen, allow_outside_weights,
+                                     states)
+        res = methods.compile_methods(named, digest, opts, progress=lambda k: "b" in bar and bar["b"].update(k),
+                                      on_start=on_start)
     finally:
         if "b" in bar:
             bar["b"].__exit__(None, None, None)
@@ -187,13 +207,20 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         stem = re.sub(r"[^\w.-]", "_", plan.provenance.model_name).strip("._")  # (letters of any script)
         stem = stem.encode()[:200].decode(errors="ignore") or "model"  # a file name holds 255 bytes
         output = f"{stem}.plan"
-        refuse_overwriting_inputs(output, "the default output", model, frozen, sign_key)
+        refuse_overwriting_inputs(output, "the default output", sources, frozen, sign_key)
     try:
         atomic_write(output, data)
     except OSError as e:
         raise AotplanError(f"cannot write plan {output!r}: {fileio.why(e)}") from None
     m = plan.memory
-    click.echo(f"compiled {model} -> {output} ({fmt_bytes(len(data))})")
+    click.echo(f"compiled {model or ', '.join(method_specs)} -> {output} ({fmt_bytes(len(data))})")
+    if plan.methods:
+        click.echo(f"  methods: " + "; ".join(
+            f"{name} ({plural(len(m.launches), 'launch')}, inputs "
+            + ", ".join(f"{m.tensors[i].name} {m.tensors[i].dtype}{list(m.tensors[i].shape)}" for i in m.inputs) + ")"
+            for name, m in plan.all_methods())
+            + f"; weights they share stored and placed once ({fmt_bytes(res.shared_bytes)} saved); one arena, sized "
+              f"for the largest")
     written = {j for l in plan.launches for j in l.writes}
     n_views = sum(1 for i, t in enumerate(plan.tensors) if t.base >= 0 and i not in written)
     n_placed = len({t.base for i, t in enumerate(plan.tensors) if t.base >= 0 and i in written})

@@ -46,11 +46,14 @@ def refuse_overwriting_inputs(output, flag, model, frozen, sign_key):
     signing key."""
     from aotplan.core.fileio import refuse_overwriting
 
-    inputs = {"model": model, "--sign-key file": sign_key}
-    if model.lower().endswith(".json"):
-        from aotplan.core import model_json
+    models = [model] if isinstance(model, str) else list(model)  # (several: the --method models)
+    inputs = {"--sign-key file": sign_key}
+    for k, m in enumerate(models):
+        inputs[f"model {k + 1}" if len(models) > 1 else "model"] = m
+        if m.lower().endswith(".json"):
+            from aotplan.core import model_json
 
-        inputs["weights file"] = model_json.weights_path(model)
+            inputs[f"weights file of {m}" if len(models) > 1 else "weights file"] = model_json.weights_path(m)
     inputs.update(frozen_paths(frozen))
     refuse_overwriting(output, inputs, flag)
 

@@ -45,6 +45,43 @@ def load_model(model, input_shapes, frozen=(), allow_outside_weights=False, stat
     return with_states(graph, digest, states)
 
 
+def load_methods(model, method_specs, profiles, input_shapes, frozen, allow_outside_weights, states):
+    """-> ([(method name, Graph)], digest): MODEL alone (one method, named ""), each
+    --method NAME=MODEL, or MODEL at each --profile NAME:INPUT=D0,...;INPUT=...; the
+    same --input-shape, --freeze-input and --state apply to every method. The digest
+    covers every method's model and name."""
+    import hashlib
+
+    if method_specs:
+        named = []
+        for spec in method_specs:
+            name, sep, path = spec.partition("=")
+            if not sep or not name or not path:
+                raise AotplanError(f"--method {spec!r}: expected NAME=MODEL")
+            named.append((name, *load_model(path, input_shapes, frozen, allow_outside_weights, states)))
+    elif profiles:
+        named = []
+        for spec in profiles:
+            name, sep, shapes = spec.partition(":")
+            if not sep or not name or not shapes:
+                raise AotplanError(f"--profile {spec!r}: expected NAME:INPUT=D0,D1,... (inputs separated by ';')")
+            given = parse_shapes(shapes.split(";"))
+            if not model.lower().endswith(".onnx"):
+                raise AotplanError(f"--profile {name}: model.json shapes are static; profiles give an ONNX model's "
+                                   f"symbolic dimensions")
+            both = dict(parse_shapes(input_shapes), **given)
+            try:
+                named.append((name, *load_model(model, [f"{k}={','.join(map(str, v))}" for k, v in both.items()],
+                                                frozen, allow_outside_weights, states)))
+            except AotplanError as e:
+                raise type(e)(f"--profile {name}: {e}") from None
+    else:
+        graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights, states)
+        return [("", graph)], digest
+    digest = hashlib.sha256(repr([(name, d) for name, _, d in named]).encode()).hexdigest()
+    return [(name, g) for name, g, _ in named], digest
+
+
 def parse_states(specs):
     """--state OUT=IN specs -> [(OUT, IN)]."""
     pairs = []
