@@ -50,6 +50,23 @@ class _Buffers:
         self.state_lost = False
 
 
+class _FirstMethod:
+    """The session of a plan of several methods, as its first method: `run(feeds)`
+    runs that method (the session's own `run` asks which)."""
+
+    def __init__(self, session):
+        self._session = session
+
+    def run(self, feeds, device_outputs=False, method=None):
+        name = self._session.plan.method
+        if method not in (None, name):
+            raise FeedError(f"this is method {name!r}: run(feeds) runs it")
+        return self._session.run(feeds, device_outputs, method=name)
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+
 def _buffer(name):
     return property(lambda self: getattr(self._buf, name), lambda self, v: setattr(self._buf, name, v))
 
@@ -216,8 +233,10 @@ class Session:
     def methods(self):
         """{method name: its session}: this session (the plan's first method) and one per
         further method, which share its arena, state buffer and weights (a plan of one
-        method: {"": self})."""
-        return {self.plan.method: self, **self._children}
+        method: {"": self}). Each one's `run(feeds)` runs that method."""
+        if not self._children:
+            return {self.plan.method: self}
+        return {self.plan.method: _FirstMethod(self), **self._children}
 
     def _bind(self, kernels_):
         """Point the launches, the sink and the input, output and place kernels at

@@ -2,9 +2,16 @@
 
 The plan is a decoder step of one token: it takes token ids (int[1, 1]) and the
 token's position (int[1]), returns logits (float[1, 1, vocab]), and keeps its cache
-on the device (`compile --state`). The prompt is fed first, a token a step (the
-prefill), then each next token is the argmax of the last logits (greedy), one step
-each.
+on the device (`compile --state`). The prompt is fed first (the prefill), then each
+next token is the argmax of the last logits (greedy), one step each.
+
+A plan of several methods (`compile --method prefill=... --method decode=...`) runs
+its decode method (`--decode-method`) a token a step and its prefill method
+(`--prefill-method`, a step of P tokens) on the prompt: its first P tokens in one
+step, right-padded with token 0 when the prompt is shorter (safe for a causal
+decoder: a padded position's key and value are overwritten by the step that first
+attends to it), the rest a token a step. A plan of one method feeds the prompt a
+token a step.
 """
 
 import time
@@ -40,6 +47,18 @@ def capacity(session):
     return lengths.pop() if len(lengths) == 1 else None
 
 
+def _prefill_width(session, tokens_input, position_input, logits_output, name):
+    """The prefill method's tokens a step, its inputs and output checked as the decode
+    method's are."""
+    tok = dict((n, (dt, tuple(shape))) for n, dt, shape in session.input_specs)
+    if set(tok) != {tokens_input, position_input} or len(tok[tokens_input][1]) != 2 \
+            or tok[position_input][1] != (1,) or logits_output not in {n for n, _, _ in session.output_specs}:
+        raise AotplanError(f"method {name!r} does not take {tokens_input!r} int[1, P] and {position_input!r} int[1] "
+                           f"to return {logits_output!r} (its inputs: "
+                           + ", ".join(f"{n} {dt}{list(sh)}" for n, (dt, sh) in tok.items()) + ")")
+    return tok[tokens_input][1][1]
+
+
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=Path(dir_okay=False))
 @click.option("--prompt", required=True, callback=_token_list, metavar="IDS",
@@ -52,17 +71,30 @@ def capacity(session):
               help="The plan's input of the first token's position, int[1].")
 @click.option("--logits-output", default="logits", show_default=True, metavar="NAME",
               help="The plan's output of logits, float[1, 1, vocab].")
+@click.option("--decode-method", default="decode", show_default=True, metavar="NAME",
+              help="A plan of several methods: the one that decodes a token a step.")
+@click.option("--prefill-method", default="prefill", show_default=True, metavar="NAME",
+              help="A plan of several methods: the one that takes the prompt (if it has one).")
 @memory_option
 @trust_options
 @handle_errors
-def generate(plan_path, prompt, n_new, tokens_input, position_input, logits_output, max_memory, trust_key,
-             require_signature, trust_executables, cache_dir):
+def generate(plan_path, prompt, n_new, tokens_input, position_input, logits_output, decode_method, prefill_method,
+             max_memory, trust_key, require_signature, trust_executables, cache_dir):
     """Greedy decoding with PLAN, a decoder step that keeps its KV cache on the device:
     feed the prompt, then generate --tokens tokens; print them and the tokens/s."""
     from aotplan.cli.replay_cmd import load_session
 
-    session = load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
-                           max_memory=max_memory)
+    loaded = load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
+                          max_memory=max_memory)
+    methods = loaded.methods
+    prefill = None
+    if len(methods) > 1:
+        if decode_method not in methods:
+            raise AotplanError(f"--decode-method {decode_method}: {plan_path} has no method {decode_method!r} (its "
+                               f"methods: {', '.join(methods)})")
+        session, prefill = methods[decode_method], methods.get(prefill_method)
+    else:
+        session = loaded
     if not session.state_specs:
         raise AotplanError(f"{plan_path} keeps no state: generate needs a decoder step that keeps its KV cache on "
                            f"the device (compile it with --state OUT=IN for each cache output and input)")
@@ -92,9 +124,19 @@ def generate(plan_path, prompt, n_new, tokens_input, position_input, logits_outp
 
     session.reset_state()
     t0 = time.perf_counter()
-    for p, t in enumerate(prompt):
-        logits = step([t], p)
-    prefill = time.perf_counter() - t0
+    done, how = 0, f"{len(prompt)} steps"
+    if prefill is not None:
+        width = _prefill_width(prefill, tokens_input, position_input, logits_output, prefill_method)
+        head = prompt[:width]
+        feeds = {tokens_input: np.asarray([head + [0] * (width - len(head))], np.dtype(tok_dtype)),
+                 position_input: np.zeros((1,), np.dtype(pos_dtype))}
+        logits = prefill.run(feeds)[logits_output][0, len(head) - 1]
+        done = len(head)
+        how = f"{prefill_method!r} on {len(head)} tokens" + (f" padded to {width}" if len(head) < width else "") + (
+            f", then {len(prompt) - done} steps" if len(prompt) > done else "")
+    for p in range(done, len(prompt)):
+        logits = step([prompt[p]], p)
+    prefill_s = time.perf_counter() - t0
     out = []
     t0 = time.perf_counter()
     for i in range(n_new):
@@ -104,7 +146,6 @@ def generate(plan_path, prompt, n_new, tokens_input, position_input, logits_outp
     decode = time.perf_counter() - t0
     click.echo(f"prompt: {','.join(map(str, prompt))}")
     click.echo(f"generated: {','.join(map(str, out))}")
-    how = f"{len(prompt)} steps"
     rate = (n_new - 1) / decode if n_new > 1 and decode > 0 else float("nan")
-    click.echo(f"prefill: {len(prompt)} tokens in {prefill * 1e3:.2f} ms ({how}); decode: {n_new} tokens, "
+    click.echo(f"prefill: {len(prompt)} tokens in {prefill_s * 1e3:.2f} ms ({how}); decode: {n_new} tokens, "
                f"{rate:.1f} tokens/s ({decode / max(n_new - 1, 1) * 1e3:.3f} ms a token)")
