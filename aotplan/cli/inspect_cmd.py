@@ -51,6 +51,8 @@ def plan_summary(plan, path):
         "launches": [{"label": l.node, "kernel": plan.kernels[l.kernel].name, "nodes": list(l.nodes),
                       "reads": [plan.tensors[i].name for i in l.reads],
                       "writes": [plan.tensors[i].name for i in l.writes]} for l in plan.launches],
+        "method": plan.method,
+        "methods": [plan_summary(m, path) for m in plan.methods],
     }
 
 
@@ -124,6 +126,15 @@ def inspect(plan_path, as_json, trust_key):
     if formatted:
         click.echo(f"formats: {len(formatted)} tensors in {', '.join(sorted({t['format'] for t in formatted}))}; "
                    f"{plural(len(conversions), 'conversion')} (transdata nodes)")
+    if s["methods"]:
+        click.echo(f"methods ({len(s['methods']) + 1}, sharing the weights, the states and the arena; the first's "
+                   f"tensors, launches and kernels below, `--json` has each one's):")
+        for m in [s] + s["methods"]:
+            t = {x["name"]: x for x in m["tensors"]}
+            click.echo(f"  {m['method'][:24]:24s} {m['launch_mode']}, {plural(len(m['launches']), 'launch')}, "
+                       f"{plural(len(m['kernels']), 'kernel')}; inputs "
+                       + ", ".join(f"{n} {t[n]['dtype']}{t[n]['shape']}" for n in m["inputs"])
+                       + "; outputs " + ", ".join(m["outputs"]))
     click.echo(f"tensors ({len(s['tensors'])}):")
     click.echo(f"  {'name':28s} {'kind':12s} {'dtype':9s} {'shape':18s} {'storage':7s} {'offset':>10s} {'nbytes':>10s}"
                + ("  format, device shape, padding" if formatted else ""))

@@ -74,6 +74,17 @@ def load_session(plan_path, trust_key, require_signature, trust_executables, cac
     return session
 
 
+def pick_method(session, name, plan_path):
+    """The session of method `name` (--method): required where the plan has several."""
+    methods = session.methods
+    if name is None and len(methods) > 1:
+        raise AotplanError(f"{plan_path} has methods {', '.join(methods)}: name one with --method")
+    if name is not None and name not in methods:
+        raise AotplanError(f"--method {name}: {plan_path} has no method {name!r} (its methods: "
+                           f"{', '.join(repr(m) for m in methods)})")
+    return session if name is None else methods[name]
+
+
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=Path(dir_okay=False))
 @click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy",
@@ -101,11 +112,13 @@ def load_session(plan_path, trust_key, require_signature, trust_executables, cac
               help="On a CPU, run each step in this thread (sync) or hand it to JAX's worker thread (async, "
                    "JAX's default). Each step's outputs are read back at once, so async only adds a thread "
                    "hand-off: tens of microseconds, which dominate small models' steps.")
+@click.option("--method", metavar="NAME", help="Which of the plan's methods to run (a plan of several: "
+                                                "`aotplan inspect` lists them).")
 @memory_option
 @trust_options
 @handle_errors
 def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc, profile, dump_dir, isolate,
-           cpu_dispatch, max_memory, trust_key, require_signature, trust_executables, cache_dir):
+           cpu_dispatch, method, max_memory, trust_key, require_signature, trust_executables, cache_dir):
     """Load PLAN, run it STEPS times in place, print its outputs and step times."""
     import executor
 
@@ -131,8 +144,8 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
                                                        os.path.realpath(os.path.dirname(os.path.abspath(out_path)))):
             raise AotplanError(f"--output {out_path!r} is, or lies in, the --dump folder {dump_dir!r}, which holds "
                                f"the dump alone: write the outputs elsewhere")
-    session = load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
-                            isolate=isolate, max_memory=max_memory)
+    session = pick_method(load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
+                                       isolate=isolate, max_memory=max_memory), method, plan_path)
     feeds = session_feeds(session, inputs, random_inputs, seed)
     m = session.memory
     plan = session.plan
