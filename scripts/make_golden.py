@@ -43,6 +43,56 @@ def main(argv=None):
     graph, digest = model_json.load(os.path.join(ROOT, "examples", "decoder", "model.json"))
     for launch in ("sink", "fused", "kernel"):
         _freeze(f"decoder_{launch}", launch, graph, pipeline.Options(launch=launch), digest, _decode_feeds(graph))
+    _freeze_methods()
+
+
+def _freeze_methods():
+    """A plan of two methods (format 7): the decoder's prefill (8 tokens) and decode
+    steps over one cache; its io: the prefill on a prompt, then five greedy steps."""
+    import importlib.util
+    import tempfile
+
+    import onnx
+
+    from aotplan.cli.models import load_methods
+    from compiler import methods
+
+    base = os.path.join(ROOT, "golden", "v7", "decoder_methods")
+    if os.path.exists(base + ".plan"):
+        print(f"kept {base}.plan (golden plans are never rewritten)")
+        return
+    spec = importlib.util.spec_from_file_location("b", os.path.join(ROOT, "examples", "decoder", "build.py"))
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    with tempfile.TemporaryDirectory() as work:
+        paths = {}
+        for name, t in (("prefill", build.PROMPT), ("decode", 1)):
+            paths[name] = os.path.join(work, f"{name}.onnx")
+            onnx.save(build.build(t), paths[name])
+        named, digest = load_methods(None, [f"{n}={p}" for n, p in paths.items()], (), (), (), False,
+                                     [f"{o}={i}" for o, i in build.cache_names()])
+    plan = methods.compile_methods(named, digest).plan
+    graphs = dict(named)
+    prompt = [5, 9, 2, 33, 7, 1, 60, 12]
+    steps = [("prefill", {"tokens": np.array([prompt], np.int64), "position": np.array([0], np.int64)})]
+    state = _initial_states(graphs["decode"])
+    out = reference.evaluate(graphs["prefill"], {**steps[0][1], **state})
+    token = int(out["logits"][0, -1].argmax())
+    io = {}
+    for k in range(6):
+        if k:
+            steps.append(("decode", {"tokens": np.array([[token]], np.int64),
+                                     "position": np.array([len(prompt) + k - 1], np.int64)}))
+        name, feeds = steps[-1]
+        out = reference.evaluate(graphs[name], {**feeds, **state})
+        state = {st.input: out[st.output] for st in graphs[name].states}
+        token = int(out["logits"][0, -1].argmax())
+        io[f"step{k}.method"] = np.array(name)
+        io.update({f"step{k}.in:{n}": v for n, v in feeds.items()})
+        io[f"step{k}.out:logits"] = out["logits"]
+    atomic_write(base + ".plan", codec.encode(plan))
+    np.savez(base + ".io.npz", **io)
+    print(f"wrote {base}.plan (methods prefill and decode, format {codec.version_of(plan)})")
 
 
 def _decode_feeds(graph, steps=6):

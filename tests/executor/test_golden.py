@@ -39,21 +39,26 @@ def test_golden_plan_replays_or_is_refused_by_version(path):
     sess = executor.load(path)
     # every kernel of an older plan, written by an older jax, takes the fast path too
     assert set(sess.kernel_paths.values()) == {"compiled"}, sess.kernel_paths
-    for feeds, want in _steps(path[:-len(".plan")] + ".io.npz"):  # (in order: a stateful plan carries its states)
-        got = sess.run(feeds)
+    for feeds, want, method in _steps(path[:-len(".plan")] + ".io.npz"):  # (in order: states carry over)
+        got = sess.run(feeds, method=method)
         assert set(got) == set(want)
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
 
 
 def _steps(io_path):
-    """[(feeds, outputs)] of a golden plan's io file: "in:NAME"/"out:NAME" for one step,
-    "step{k}.in:NAME"/"step{k}.out:NAME" for several (scripts/make_golden.py)."""
+    """[(feeds, outputs, method)] of a golden plan's io file: "in:NAME"/"out:NAME" for
+    one step, "step{k}.in:NAME"/"step{k}.out:NAME" (and "step{k}.method" in a plan of
+    several methods) for several (scripts/make_golden.py)."""
     with np.load(io_path) as z:
         arrays = {k: z[k] for k in z.files}
     steps = {}
     for key, v in arrays.items():
         prefix, _, rest = key.partition(".") if key.startswith("step") else ("", "", key)
+        step = steps.setdefault(int(prefix[4:]) if prefix else 0, [{}, {}, None])
+        if rest == "method":
+            step[2] = str(v)
+            continue
         side, _, name = rest.partition(":")
-        steps.setdefault(int(prefix[4:]) if prefix else 0, ({}, {}))[side == "out"][name] = v
-    return [steps[k] for k in sorted(steps)]
+        step[side == "out"][name] = v
+    return [tuple(steps[k]) for k in sorted(steps)]

@@ -109,7 +109,7 @@ def seeds():
         p = verify.verify(_arena_weights(by[name]))
         out.append(Seed(name + "-arena", codec.encode(p), p))
     out.append(Seed("mlp-signed", codec.encode(by["mlp"], sign_key=SIGN_KEY), by["mlp"], SIGN_KEY, True))
-    for name in ("decoder_sink", "decoder_kernel"):  # format 7: the state table, flags and buffer
+    for name in ("decoder_sink", "decoder_kernel", "decoder_methods"):  # format 7: states, methods
         with open(os.path.join(GOLDEN_STATES, name + ".plan"), "rb") as f:
             data = f.read()
         out.append(Seed(name, data, codec.decode(data)))
