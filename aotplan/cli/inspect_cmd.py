@@ -80,6 +80,12 @@ def inspect(plan_path, as_json, trust_key):
     except PlanError as e:
         raise codec.named(plan_path, e) from None
     s = plan_summary(plan, plan_path)
+    if plan.methods:  # the device memory of all methods (one arena and state buffer, shared weights once)
+        from executor.memory_limits import combined
+
+        c = combined(plan)
+        s["memory"].update(constant_pool_bytes=c.constant_pool_bytes, inline_constant_bytes=c.inline_constant_bytes,
+                           max_workspace_bytes=c.max_workspace_bytes, step_device_bytes=c.step_device_bytes)
     if header.get("signature") is None:
         s["signature"] = "none"
     elif key is None:
