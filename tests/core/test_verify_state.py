@@ -84,6 +84,9 @@ def test_what_launches_do_with_the_state_is_checked(acc_plans):
              rf"launch {double} \('double'\) reads 'acc', the value of state 'acc' before the step, after launch "
              rf"{add} updated it in place")
     _refused(_launch(plan, add, writes=()), "state 'acc': no launch writes its update 'acc_new'|reads 'acc_new'")
+    # a state written by a node that is not its ref output: the old value's tensor written
+    _refused(_launch(plan, add, writes=(idx["acc"],)),
+             rf"launch {add} \('add'\) writes 'acc' into the state buffer, which is no state's update")
     kernels = list(plan.kernels)
     k = plan.launches[add].kernel
     kernels[k] = dataclasses.replace(kernels[k], state=False)
