@@ -17,9 +17,11 @@ from conftest import compile_and_load
 
 # chosen so that most have concats whose inputs kernel plans place in their slices, or
 # reshapes that are views (test_ci_seeds_reach_placement_and_views keeps them so)
-SEEDS = [(s, "float32") for s in (0, 1, 2, 3, 6, 9, 11, 16)] + [(11, "float16"), (15, "float16"), (21, "bfloat16"), (26, "bfloat16"),
-                                              (4, "int8"), (28, "uint8"), (12, "int16")]
-SLOW_SEEDS = [(s, list(graph_gen.RTOL)[s % len(graph_gen.RTOL)]) for s in range(100, 135)]
+SEEDS = [(s, "float32") for s in (0, 6, 9, 11, 16)] + [(11, "float16"), (21, "bfloat16"), (4, "int8"), (28, "uint8"),
+                                                       (12, "int16")]
+# (the slow tier: the seeds the default tier ran before CI had to stay under 30 minutes, and more)
+SLOW_SEEDS = [(s, "float32") for s in (1, 2, 3)] + [(15, "float16"), (26, "bfloat16")] + [
+    (s, list(graph_gen.RTOL)[s % len(graph_gen.RTOL)]) for s in range(100, 135)]
 
 
 def _run(graph, feeds):

@@ -124,7 +124,7 @@ def test_refused_forms_name_the_node(model, match):
         om.prepare(model)
 
 
-@pytest.mark.parametrize("opset", [16, 20])
+@pytest.mark.parametrize("opset", [pytest.param(16, marks=pytest.mark.slow), 20])  # (16: the same modes, older names)
 def test_grid_sample_matches_onnxruntime(opset):
     """GridSample (F.grid_sample): every mode, padding mode and align_corners, with grid
     points well outside [-1, 1] (reflected several times) and exactly on pixel centres;

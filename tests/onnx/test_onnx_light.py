@@ -104,7 +104,7 @@ def test_converted_opsets_match_onnxruntime(name, opset):
 
 
 @pytest.mark.parametrize("policy", ["default", "nhwc"])
-@pytest.mark.parametrize("name", ["squeezenet", "inception_v1"])
+@pytest.mark.parametrize("name", ["squeezenet", pytest.param("inception_v1", marks=pytest.mark.slow)])  # (CI time)
 def test_kernel_mode_with_sharing_matches_onnxruntime(name, policy):
     """Kernel mode, where every tensor lives at its offset: in-place reuse, views and
     concat inputs placed in their concats (these two have 8 and 9 concats), against
