@@ -156,6 +156,7 @@ def callback(phase, info):  # Ctrl-C arriving while a garbage-collector callback
 
 
 gc.callbacks.append(callback)
+gc.set_threshold(50)  # (a collection soon after the handler is installed, however the run allocates)
 run()
 """
 
