@@ -13,6 +13,8 @@ same order.
 import dataclasses
 import time
 
+import numpy as np
+
 from aotplan.core import verify
 from aotplan.core.errors import ModelError
 from compiler import pipeline
@@ -51,6 +53,7 @@ def compile_methods(methods, digest, options=pipeline.Options(), progress=None, 
         raise ModelError("the methods of a plan keep their weights in the pool (--weights arena would place them in "
                          "the arena, which the methods share): leave out --weights arena")
     _check_states(methods)
+    _check_initial_values(methods)
     # the largest arena any method needs (planning only: no XLA yet)
     arena = max(pipeline.plan_graph(g, options).mem.arena_bytes for _, g in methods)
     total = {}
@@ -88,6 +91,18 @@ def _declared(graph):
     info = {t.name: t for t in graph.inputs}
     return [(st.input, info[st.input].dtype, tuple(info[st.input].shape)) if st.input in info else (st.input,)
             for st in graph.states]
+
+
+def _check_initial_values(methods):
+    """Every method gives each state the same initial value (zeros, or the same bytes)."""
+    first_name, first = methods[0]
+    want = [None if st.init is None else np.ascontiguousarray(st.init).tobytes() for st in first.states]
+    for name, g in methods[1:]:
+        for st, w in zip(g.states, want):
+            got = None if st.init is None else np.ascontiguousarray(st.init).tobytes()
+            if got != w:
+                raise ModelError(f"state {st.input!r}: method {name!r} gives it another initial value than method "
+                                 f"{first_name!r}: the methods of a plan share its states")
 
 
 def _fmt(states):

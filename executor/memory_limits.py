@@ -111,12 +111,19 @@ def compiled_workspace(plan, callables, paths):
     return top, name
 
 
+def figures(plan):
+    """What `check_compiled` needs of a plan (its memory over all methods, the inputs' and
+    outputs' bytes), kept by a session instead of the plan (whose constants view the
+    file's bytes)."""
+    return combined(plan), _io_bytes(plan)
+
+
 def check_compiled(plan, workspace, kernel, allowed, where):
     """The plan's memory with the workspace its compiled kernels really need (XLA's
     figures: a kernel may want more than the plan states), before the arena is
-    allocated."""
-    m = combined(plan)
-    need = m.arena_bytes + m.constant_pool_bytes + m.inline_constant_bytes + m.state_bytes + workspace + _io_bytes(plan)
+    allocated. `plan`: a plan, or its `figures`."""
+    m, io = plan if isinstance(plan, tuple) else figures(plan)
+    need = m.arena_bytes + m.constant_pool_bytes + m.inline_constant_bytes + m.state_bytes + workspace + io
     if allowed is not None and need > allowed:
         raise LimitError(f"plan needs {need} bytes of device memory once compiled here (kernel {kernel!r} wants "
                          f"{workspace} bytes of workspace, the plan states {m.max_workspace_bytes}; arena "

@@ -137,7 +137,7 @@ class Session:
             verify.verify(plan)
             allowed, where = memory_limits.limit(self.device, max_memory)
             memory_limits.check_stated(plan, allowed, where)
-            self._limits = (plan, allowed, where)
+            self._limits = (memory_limits.figures(plan), allowed, where)
         else:
             self._pid, self._forks, self.device, self._host_memory = (parent._pid, parent._forks, parent.device,
                                                                      parent._host_memory)
@@ -158,10 +158,7 @@ class Session:
         self.workspace_bytes, widest = memory_limits.compiled_workspace(plan, loaded.callables, loaded.paths)
         whole, allowed, where = self._limits
         memory_limits.check_compiled(whole, self.workspace_bytes, widest, allowed, where)
-        # {kernel name: how it was loaded}: kernels.COMPILED (its StableHLO compiled as
-        # it is) or kernels.NATIVE (its embedded executable) on the fast paths, or a
-        # slower one (`kernels.paths_note` says which)
-        self.kernel_paths = {plan.kernels[ki].name: loaded.paths[ki] for ki in sorted(loaded.paths)}
+        self._kernel_paths = {plan.kernels[ki].name: loaded.paths[ki] for ki in sorted(loaded.paths)}
         array_type = type(jax.device_put(np.zeros((), np.float32), self.device))
         self._feeds = feed_checks.FeedCheck(self._inputs, self.device, loaded.feed_avals, array_type,
                                             [st.name for st in plan.states])
@@ -205,14 +202,14 @@ class Session:
                 progress(f"loading method {m.method!r}")
                 self._children[m.method] = Session(m, self.device, False, trusted, progress, jobs, max_memory,
                                                    _parent=self)
-                self.kernel_paths.update((f"{m.method}/{k}", v) for k, v in self._children[m.method].kernel_paths.items())
         if not self._host_memory:
             # The device holds the weights now: keep no host copy of them (the plan's
             # constants view the file's bytes, which would otherwise stay for the
             # session's life: a second copy of every weight in the host's memory).
             jax.block_until_ready((self._arena, list(self._pool.values())))
             del data
-            self.plan = plan = dataclasses.replace(plan, constants=())
+            self.plan = plan = dataclasses.replace(plan, constants=(), methods=tuple(
+                dataclasses.replace(m, constants=()) for m in plan.methods))
             self._arena_consts = None
         if warmup and parent is None:
             for name, sess in self.methods.items():
@@ -224,10 +221,27 @@ class Session:
         self._arena.block_until_ready()
         self.load_seconds = time.perf_counter() - t0
         # native kernels get jax's call path in a background thread started after the
-        # first step (or by wait_ready), so that a step right after load runs alone
-        self._to_adopt = loaded.to_adopt or None
+        # first step (or by wait_ready), so that a step right after load runs alone (a
+        # further method's: after the first method's load, warm-up steps included)
+        if parent is None:
+            self._to_adopt = loaded.to_adopt or None
+            for child in self._children.values():
+                child._to_adopt, child._pending_adopt = child._pending_adopt, None
+        else:
+            self._pending_adopt = loaded.to_adopt or None
 
     _arena, _state, _state_lost = _buffer("arena"), _buffer("state"), _buffer("state_lost")
+
+    @property
+    def kernel_paths(self):
+        """{kernel name: how it was loaded}: kernels.COMPILED (its StableHLO compiled as
+        it is) or kernels.NATIVE (its embedded executable) on the fast paths, or a
+        slower one (`kernels.paths_note` says which); a further method's kernels as
+        "METHOD/NAME"."""
+        paths = dict(self._kernel_paths)
+        for name, child in self._children.items():
+            paths.update((f"{name}/{k}", v) for k, v in child.kernel_paths.items())
+        return paths
 
     @property
     def methods(self):
@@ -303,7 +317,7 @@ class Session:
                 log.warning("aotplan: the native kernels stay called from Python (slower steps): %s: %s",
                             type(e).__name__, e)
                 paths = {self.plan.kernels[ki].name: kernels.NATIVE_FROM_PYTHON for ki, *_ in todo}
-            self.kernel_paths.update(paths)
+            self._kernel_paths.update(paths)
             self.adopt_seconds = time.perf_counter() - t0
 
     def wait_ready(self, timeout=None):
@@ -362,8 +376,9 @@ class Session:
         PlanError. Idempotent. A host that loads and unloads plans (a model server)
         gets its device memory back this way: `tests/executor/test_close.py` loads and
         closes 50 plans in one process and sees live arrays and RSS settle. The session of
-        a plan's first method closes its other methods' too (they share its buffers);
-        one of theirs (`methods[NAME]`) closes itself alone, keeping what it shares."""
+        a plan's first method (so `methods[FIRST]` too) closes every method (they share
+        its buffers and weights); a further method's (`methods[NAME]`) closes itself
+        alone, keeping what it shares."""
         for child in self._children.values():
             child.close()
         if self._adopting is not None:  # (the background adoption would bind kernels again)
@@ -375,9 +390,10 @@ class Session:
             held = [*self._pool.values(), *(x for e in self._extras for x in e)]
             if self._placed is not None and self._is_method:  # (the arena, the states and the weights are shared)
                 held = [x for e in self._extras for x in e if not any(x is p for p in self._pool.values())]
-            else:
-                held += [self._arena, self._state]
+            else:  # (the weights every method placed, the further methods' own too)
+                held += [self._arena, self._state, *self._placed.values()]
                 self._arena = self._state = None
+                self._placed.clear()
             self._pool, self._extras, self._kernels, self._launches = {}, [], {}, []
             self._sink = self._state_sink = self._in_kernel = self._out_kernel = self._place = None
             self._to_adopt = self._adopt_here = None
@@ -477,8 +493,8 @@ class Session:
         if self._state is not None and self._state.is_deleted():  # (a kernel that held it was interrupted)
             self._state_lost = True
         if self._state_lost:
-            raise PlanError("this session lost its state (a step was interrupted while a kernel held it): "
-                            "call reset_state()")
+            raise PlanError("this session lost its state (a step was interrupted while a kernel held it, or "
+                            "between launches that update it): call reset_state()")
 
     # ------------------------------------------------------------ a step
     def check_feeds(self, feeds):
@@ -563,6 +579,7 @@ class Session:
             return outs
         state = self._state
         self._check_state()
+        updated = done = False
         try:  # every launch donates the arena (and the state): keep the live ones, whatever stops the step
             if self._in_kernel is not None:
                 arena = self._in_kernel(arena, *args)
@@ -573,6 +590,7 @@ class Session:
                 if stateful:
                     r = kernel(arena, state, *extra, *args) if feeds else kernel(arena, state, *extra)
                     arena, state, *outs_ = r
+                    updated = True
                     self._state = state  # (`after` may read it: tools show the states a launch wrote)
                     if returns:
                         outs = outs_
@@ -584,10 +602,14 @@ class Session:
                         arena = r
                 if after:
                     after(s, self.plan.launches[s], arena)
+            done = True
         finally:
             self._arena = arena
             self._state = state
-            if state is not None and state.is_deleted():  # (a kernel that held it was interrupted)
+            # a kernel that held the state buffer was interrupted, or the step stopped
+            # between launches with some states updated and others not: either way the
+            # states are no longer a step's (a retried step would count twice)
+            if state is not None and (state.is_deleted() or (updated and not done)):
                 self._state_lost = True
         if self._out_kernel is not None:
             outs = self._out_kernel(arena)

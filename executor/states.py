@@ -60,7 +60,7 @@ class States:
         T = plan.tensors
         self.tensors = {st.name: T[st.tensor] for st in plan.states}
         # initial values that are not zeros (copies: the plan's constants may be dropped)
-        self.inits = [(T[st.tensor], np.array(data[st.tensor])) for st in plan.states if st.tensor in data]
+        self.inits = [(T[st.tensor], bytes(data[st.tensor])) for st in plan.states if st.tensor in data]
         self.words = plan.memory.state_bytes // formats.WORD_BYTES
         self.device = device
 
@@ -84,7 +84,7 @@ class States:
         with jax.transfer_guard("allow"):
             buf = _zeroed()(buf)
             for t, data in self.inits:
-                buf = self._write(buf, t, np.frombuffer(bytes(data) + b"\0" * (-len(data) % 4), np.uint32))
+                buf = self._write(buf, t, np.frombuffer(data + b"\0" * (-len(data) % 4), np.uint32))
         return buf
 
     def get(self, buf, name):

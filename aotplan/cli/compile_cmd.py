@@ -215,7 +215,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     m = plan.memory
     click.echo(f"compiled {model or ', '.join(method_specs)} -> {output} ({fmt_bytes(len(data))})")
     if plan.methods:
-        click.echo(f"  methods: " + "; ".join(
+        click.echo("  methods: " + "; ".join(
             f"{name} ({plural(len(m.launches), 'launch')}, inputs "
             + ", ".join(f"{m.tensors[i].name} {m.tensors[i].dtype}{list(m.tensors[i].shape)}" for i in m.inputs) + ")"
             for name, m in plan.all_methods())

@@ -93,6 +93,10 @@ def generate(plan_path, prompt, n_new, tokens_input, position_input, logits_outp
             raise AotplanError(f"--decode-method {decode_method}: {plan_path} has no method {decode_method!r} (its "
                                f"methods: {', '.join(methods)})")
         session, prefill = methods[decode_method], methods.get(prefill_method)
+        if prefill is None and click.get_current_context().get_parameter_source("prefill_method").name == \
+                "COMMANDLINE":
+            raise AotplanError(f"--prefill-method {prefill_method}: {plan_path} has no method {prefill_method!r} "
+                               f"(its methods: {', '.join(methods)})")
     else:
         session = loaded
     if not session.state_specs:
@@ -100,8 +104,9 @@ def generate(plan_path, prompt, n_new, tokens_input, position_input, logits_outp
                            f"the device (compile it with --state OUT=IN for each cache output and input)")
     tok_dtype, tok_shape = _spec(session.input_specs, tokens_input, "input", "--tokens-input")
     pos_dtype, pos_shape = _spec(session.input_specs, position_input, "input", "--position-input")
-    _spec(session.output_specs, logits_output, "output", "--logits-output")
-    if len(tok_shape) != 2 or tok_shape[0] != 1 or pos_shape != (1,) or "int" not in tok_dtype + pos_dtype:
+    logits_dtype, logits_shape = _spec(session.output_specs, logits_output, "output", "--logits-output")
+    if len(tok_shape) != 2 or tok_shape[0] != 1 or pos_shape != (1,) or "int" not in tok_dtype \
+            or "int" not in pos_dtype:
         raise AotplanError(f"generate takes a step of int[1, 1] token ids ({tokens_input!r} is "
                            f"{tok_dtype}{list(tok_shape)}) and an int[1] position ({position_input!r} is "
                            f"{pos_dtype}{list(pos_shape)})")
@@ -112,10 +117,19 @@ def generate(plan_path, prompt, n_new, tokens_input, position_input, logits_outp
     if tok_shape[1] != 1:
         raise AotplanError(f"{plan_path} takes {tok_shape[1]} tokens a step (a prefill step): generate decodes "
                            f"a token a step, with a plan of the decode step (int[1, 1] token ids)")
+    if len(logits_shape) != 3 or logits_shape[:2] != (1, 1):
+        raise AotplanError(f"generate takes a step that returns float[1, 1, vocab] logits ({logits_output!r} is "
+                           f"{logits_dtype}{list(logits_shape)})")
+    vocab = logits_shape[2]
+    bad = next((t for t in prompt if t >= vocab), None)
+    if bad is not None:
+        raise AotplanError(f"--prompt: token id {bad} is outside the vocabulary of {vocab} (the logits' last "
+                           f"dimension)")
     limit = capacity(session)
-    if limit is not None and len(prompt) + n_new > limit:
-        raise AotplanError(f"a prompt of {len(prompt)} tokens and {n_new} more need {len(prompt) + n_new} positions; "
-                           f"the cache holds {limit}")
+    # (the last token generated is not fed: the prompt and all but one new token take positions)
+    if limit is not None and len(prompt) + n_new - 1 > limit:
+        raise AotplanError(f"a prompt of {len(prompt)} tokens and {n_new} more need {len(prompt) + n_new - 1} "
+                           f"positions; the cache holds {limit}")
 
     def step(tokens, position):
         feeds = {tokens_input: np.asarray([tokens], np.dtype(tok_dtype)),
@@ -130,7 +144,11 @@ def generate(plan_path, prompt, n_new, tokens_input, position_input, logits_outp
         head = prompt[:width]
         feeds = {tokens_input: np.asarray([head + [0] * (width - len(head))], np.dtype(tok_dtype)),
                  position_input: np.zeros((1,), np.dtype(pos_dtype))}
-        logits = prefill.run(feeds)[logits_output][0, len(head) - 1]
+        got = prefill.run(feeds)[logits_output]
+        if got.shape != (1, width, vocab):
+            raise AotplanError(f"method {prefill_method!r} returns {logits_output!r} of shape {list(got.shape)}, not "
+                               f"the logits of each of its {width} tokens ({[1, width, vocab]})")
+        logits = got[0, len(head) - 1]
         done = len(head)
         how = f"{prefill_method!r} on {len(head)} tokens" + (f" padded to {width}" if len(head) < width else "") + (
             f", then {len(prompt) - done} steps" if len(prompt) > done else "")

@@ -42,9 +42,17 @@ def check(plan):
         if m.memory.state_bytes != plan.memory.state_bytes or _states(m) != _states(plan):
             _fail(f"{w}: its states differ from the first method's ({_states(m)} vs {_states(plan)}): the methods "
                   f"share one state buffer")
+        if _initial(m) != _initial(plan):
+            _fail(f"{w}: its states' initial values differ from the first method's: the methods share the states")
 
 
 def _states(plan):
     """[(name, dtype, shape, offset)] of a plan's states, in order."""
     return [(s.name, plan.tensors[s.tensor].dtype, tuple(plan.tensors[s.tensor].shape), plan.tensors[s.tensor].offset)
             for s in plan.states]
+
+
+def _initial(plan):
+    """[bytes of each state's initial value, or None for zeros], in order."""
+    data = {c.tensor: c.data for c in plan.constants}
+    return [bytes(data[s.tensor]) if s.tensor in data else None for s in plan.states]

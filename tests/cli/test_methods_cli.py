@@ -41,6 +41,10 @@ def test_bad_method_requests_are_one_clear_error(tmp_path, onnx_steps):
     one_error_line(_compile("--method", f"a={acc}", "--method", f"b={plain}", *out),
                    "method 'b' declares states (none), method 'a' (acc float32[4]): the methods of a plan share its "
                    "states")
+    os.makedirs(tmp_path / "other_init")
+    other = accumulator(tmp_path / "other_init", lambda d: d["constants"][1].update(value=[9.0, 9.0, 9.0, 9.0]))
+    one_error_line(_compile("--method", f"a={acc}", "--method", f"b={other}", *out),
+                   "state 'acc': method 'b' gives it another initial value than method 'a'")
     one_error_line(_compile("--method", f"a={acc}", "--method", f"b={acc}", "--weights", "arena", *out),
                    "the methods of a plan keep their weights in the pool")
     one_error_line(_compile(acc, "--profile", "b1:x=1,4", *out),

@@ -174,8 +174,11 @@ def test_generate_refuses_what_it_cannot_run(tmp_path, onnx_steps):
     assert _compile(onnx_steps["prefill"], "-o", tmp_path / "p.plan", *states).exit_code == 0
     gen = lambda plan, *a: CliRunner().invoke(main, ["generate", str(tmp_path / plan), *a])  # noqa: E731
     one_error_line(gen("stateless.plan", "--prompt", "1"), "keeps no state: generate needs a decoder step")
-    one_error_line(gen("d.plan", "--prompt", "1,2", "--tokens", "31"),
-                   "a prompt of 2 tokens and 31 more need 33 positions; the cache holds 32")
+    one_error_line(gen("d.plan", "--prompt", "1,2", "--tokens", "32"),
+                   "a prompt of 2 tokens and 32 more need 33 positions; the cache holds 32")
+    r = gen("d.plan", "--prompt", "1,2", "--tokens", "31")  # (exactly full: the last token is never fed)
+    assert r.exit_code == 0 and r.output.count(",") >= 31, r.output
+    one_error_line(gen("d.plan", "--prompt", "1,64"), "--prompt: token id 64 is outside the vocabulary of 64")
     one_error_line(gen("p.plan", "--prompt", "1,2"), "takes 8 tokens a step (a prefill step): generate decodes a "
                                                       "token a step")
     one_error_line(gen("d.plan", "--prompt", "1", "--logits-output", "probs"),

@@ -127,3 +127,17 @@ def test_shape_profiles_give_each_single_profile_plans_answers_with_the_weights_
     assert weights <= section < weights + 4 * 64, (section, weights)
     plan = codec.read(str(tmp_path / "profiles.plan"))
     assert sum(len(c.data) for _, m in plan.all_methods() for c in m.constants) == 3 * weights
+
+
+def test_closing_a_plan_of_several_methods_releases_every_methods_buffers(decoder_plans):
+    import gc
+
+    import jax
+
+    gc.collect()
+    before = len(jax.live_arrays())
+    with executor.load(decoder_plans["both"]) as sess:
+        sess.run(feeds([1], 0), method="decode")
+        assert len(jax.live_arrays()) > before
+    gc.collect()
+    assert len(jax.live_arrays()) == before

@@ -161,3 +161,38 @@ def test_native_executables_update_the_state_in_place_too(decoder):
         np.testing.assert_allclose(native.run(feeds([token], position))["logits"],
                                    portable.run(feeds([token], position))["logits"], rtol=1e-5, atol=1e-6)
         assert native.state_pointer() == pointer
+
+
+def test_a_step_stopped_between_state_updates_loses_the_states_until_reset(decoder):
+    """A kernel-mode step whose later launches never run (here `after` raises after the
+    first launch that updates a state) leaves some states advanced and others not: the
+    session says so at the next step, and reset_state() starts over."""
+    from aotplan.core.errors import PlanError
+
+    sess = executor.load(decoder["plans"]["kernel"])
+    first = next(s for s, l in enumerate(sess.plan.launches) if sess.plan.kernels[l.kernel].state)
+
+    def stop(s, launch, arena):
+        if s == first:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sess.run_launches(feeds([3], 0), stop)
+    with pytest.raises(PlanError, match="lost its state .* between launches that update it\\): call reset_state"):
+        sess.run(feeds([3], 0))
+    sess.reset_state()
+    want = executor.load(decoder["plans"]["kernel"]).run(feeds([3], 0))["logits"]
+    np.testing.assert_array_equal(sess.run(feeds([3], 0))["logits"], want)
+
+
+def test_a_plan_in_memory_with_an_initial_value_loads(tmp_path):
+    """A Session of a compiled plan not written to a file (its constants are bytes, not
+    views of a file) places a state's initial value too."""
+    from aotplan.core import model_json
+    from compiler import pipeline
+    from state_model import accumulator
+
+    graph, digest = model_json.load(accumulator(tmp_path))
+    sess = executor.Session(pipeline.compile_graph(graph, digest, pipeline.Options(launch="fused")).plan)
+    np.testing.assert_array_equal(sess.get_state("acc"), [0, 1, 2, 3])
+    np.testing.assert_array_equal(sess.run({"x": np.ones(4, np.float32)})["y"], [2, 4, 6, 8])
