@@ -30,7 +30,7 @@ from jax._src import config as jax_config
 
 from aotplan.core import dtypes, formats, native, xla_options
 from aotplan.core.errors import InternalError, ModelError
-from compiler import arena_io
+from compiler import arena_io, state_writes
 from compiler import formats as cformats
 from compiler.ops import conv
 from aotplan.core import kernels
@@ -176,6 +176,17 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, 
     state_reads = [t for t in reads if recs[t].storage == "state"]
     n_pool = len(pool_reads)
     stateful = touches_state(reads, writes, recs)
+    rec_of = {r.name: i for i, r in enumerate(recs)} if stateful else {}
+    # {a state's old value's record: its update's} (the same bytes; the old one, an
+    # input, comes first in the records)
+    state_pairs = {}
+    for i, r in enumerate(recs if stateful else ()):
+        if r.storage == "state":
+            twin = next((j for j in range(i + 1, len(recs)) if recs[j].storage == "state"
+                         and state_offsets[j] == state_offsets[i]), None)
+            if twin is not None and all(state_offsets[i] != state_offsets[k] for k in range(i)
+                                        if recs[k].storage == "state"):
+                state_pairs[i] = twin
 
     def kernel(arena, *args):
         state = None
@@ -197,13 +208,24 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, 
         for t, v in zip(feeds, rest):  # the inputs come as arguments; keep them in the arena too
             arena = arena_io.write(arena, _word(offsets[t]), recs[t].dtype, v)
             env[recs[t].name] = v
+        direct = set()  # state updates already written into the state buffer (state_writes)
         for node in group:
+            pair = state_writes.direct(node, recs, rec_of, state_pairs) if stateful else None
+            if pair is not None and pair[1] in writes:
+                r, at = recs[pair[1]], _word(state_offsets[pair[1]])
+                vals = [env[i] for i in node.inputs]
+                state = state_writes.scatter(state, at, node, _dev(r), vals[1], vals[2] if len(vals) > 2 else None)
+                env[node.outputs[0]] = arena_io.read(state, at, r.dtype, _dev(r))
+                direct.add(pair[1])
+                continue
             results = cformats.lower_node(node, [env[i] for i in node.inputs], [info[i] for i in node.inputs],
                                           [fmts.get(i, "default") for i in node.inputs],
                                           [info[o] for o in node.outputs])
             for name, v in zip(node.outputs, results):
                 env[name] = v
         for t in writes:
+            if t in direct:
+                continue
             r = recs[t]
             v = env[r.name]
             want = arena_io.jnp_dtype(dtypes.storage_dtype(r.dtype))
