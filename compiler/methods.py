@@ -34,7 +34,7 @@ def compile_methods(methods, digest, options=pipeline.Options(), progress=None, 
     t0 = time.perf_counter()
     names = [n for n, _ in methods]
     if names == [""]:  # a plan of one method, as `compile MODEL` makes it
-        return _one(pipeline.compile_graph(methods[0][1], digest, options, progress, on_start), t0)
+        return _one(pipeline.compile_graph(methods[0][1], digest, options, progress=progress, on_start=on_start), t0)
     for name in names:
         if not name or not name.replace("_", "").replace("-", "").isalnum() or not name.isascii():
             raise ModelError(f"method name {name!r}: use letters, digits, '-' and '_'")
@@ -42,7 +42,7 @@ def compile_methods(methods, digest, options=pipeline.Options(), progress=None, 
     if dup:
         raise ModelError(f"method {dup!r} is given twice")
     if len(methods) == 1:  # (named: session.run(feeds, method=NAME) takes it)
-        res = _one(pipeline.compile_graph(methods[0][1], digest, options, progress, on_start), t0)
+        res = _one(pipeline.compile_graph(methods[0][1], digest, options, progress=progress, on_start=on_start), t0)
         return dataclasses.replace(res, plan=dataclasses.replace(res.plan, method=names[0]))
     if options.inline_bytes == pipeline.INLINE_BYTES:
         # weights compiled into each method's kernels would be held once per method:
@@ -63,7 +63,8 @@ def compile_methods(methods, digest, options=pipeline.Options(), progress=None, 
         if on_start and len(total) == len(methods):
             on_start(sum(total.values()))
 
-    results = [pipeline.compile_graph(g, digest, options, progress, started, arena_bytes=arena) for _, g in methods]
+    results = [pipeline.compile_graph(g, digest, options, progress=progress, on_start=started, arena_bytes=arena)
+               for _, g in methods]
     plans = [dataclasses.replace(r.plan, method=name) for name, r in zip(names, results)]
     plan = dataclasses.replace(plans[0], methods=tuple(plans[1:]))
     verify.verify(plan)

@@ -215,7 +215,7 @@ class Session:
             for name, sess in self.methods.items():
                 progress("running a warm-up step" + (f" of method {name!r}" if self._children else ""))
                 zeros = {t.name: np.zeros(t.shape, dtypes.np_dtype(t.dtype)) for t in sess._inputs}
-                jax.block_until_ready(self.run(zeros, method=name or None))
+                jax.block_until_ready(self.run(zeros, method=name) if self._children else self.run(zeros))
             if self._state is not None:  # the warm-up steps updated the states: back to their initial values
                 self.reset_state()
         self._arena.block_until_ready()

@@ -45,6 +45,11 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
                    "name as the plan records it: model.json's \"name\" field).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=INPUT_SHAPE_HELP)
 @click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy", help=FREEZE_HELP)
+@click.option("--launch", type=click.Choice(LAUNCH_MODES), default="sink", show_default=True,
+              help="Launch granularity: sink = the whole step is one XLA program (fastest); fused = one launch "
+                   "per group (a contraction and the cheap ops around it), tensors crossing groups live in the "
+                   "arena; kernel = one launch per node, every tensor in the arena (for debugging, --dump, "
+                   "profiles and `aotplan check`).")
 @click.option("--state", "states", multiple=True, metavar="OUT=IN", help=STATE_HELP)
 @click.option("--method", "method_specs", multiple=True, metavar="NAME=MODEL",
               help="A method of the plan (repeatable): an entry point compiled from MODEL, run with "
@@ -56,11 +61,6 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
               help="A method of MODEL at other input shapes (repeatable; several inputs separated by ';'): e.g. "
                    "--profile b1:x=1,3,224,224 --profile b8:x=8,3,224,224, one method each, the weights stored "
                    "once. For ONNX inputs with symbolic dimensions.")
-@click.option("--launch", type=click.Choice(LAUNCH_MODES), default="sink", show_default=True,
-              help="Launch granularity: sink = the whole step is one XLA program (fastest); fused = one launch "
-                   "per group (a contraction and the cheap ops around it), tensors crossing groups live in the "
-                   "arena; kernel = one launch per node, every tensor in the arena (for debugging, --dump, "
-                   "profiles and `aotplan check`).")
 @click.option("--target", type=click.Choice(["host", "cpu", "cuda", "both"]), default="host", show_default=True,
               help="Platforms the plan's portable kernels are exported for: this host's, cpu, cuda (NVIDIA "
                    "GPUs; exported without a GPU here), or both. Workspace bytes are measured on this host.")
@@ -132,8 +132,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                 fuse_min_flops, no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement,
                 schedule, format_policy, no_conv_bands, jobs, inline_bytes, allow_outside_weights,
                 max_unrolled_nodes, states, method_specs, profiles):
-    """Compile MODEL (a model.json, or an .onnx file) into a frozen plan (or, with
-    --method, several models into one plan of several methods)."""
+    """Compile MODEL (a model.json, or an .onnx file) into a frozen plan; or several
+    models, each a method (see below), into one plan."""
     if bool(model) == bool(method_specs):
         raise click.UsageError("give MODEL, or --method NAME=MODEL for each method, not both" if model else
                                "missing MODEL (or --method NAME=MODEL for each method)")

@@ -85,7 +85,7 @@ def check(name, path, trust=False):
     for _ in range(3):
         s1.run(feeds)
     s1.wait_ready()  # (a native plan's kernels: jax's call path, given after the first step)
-    extras = [a for _, extra, _, _ in s1._launches for a in extra]
+    extras = [a for _, extra, *_ in s1._launches for a in extra]
     report[name] = dict(
         source=s1.kernel_source, kernels=sorted({type(k).__name__ for k in s1._kernels.values()}),
         paths=sorted(set(s1.kernel_paths.values())),
