@@ -22,6 +22,21 @@ except (ImportError, AttributeError):  # a jax without them: its own errors stan
 _REFUSING = ("disallow", "disallow_explicit")
 
 
+_MIN, _MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
+
+
+def _narrowed(a):
+    """An int64 array as int32, or None where a value does not fit. A few elements (a
+    token, a position) are checked in Python: numpy's reductions cost microseconds each."""
+    if a.size <= 8:
+        vals = a.ravel().tolist()
+        if min(vals, default=0) >= _MIN and max(vals, default=0) <= _MAX:
+            return a.astype(np.int32)
+        return None
+    a32 = a.astype(np.int32)
+    return a32 if (a32 == a).all() else None
+
+
 class FeedCheck:
     """Checks feeds for one session: `inputs` (the plan's input tensors), `device` (the
     session's), `feed_avals` (the avals of the inputs as the kernel that takes the feeds
@@ -55,13 +70,15 @@ class FeedCheck:
                 args = []
                 for name, shape, dtype, narrow in plain:
                     a = feeds.get(name)
-                    if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                    if type(a) is not np.ndarray or a.shape != shape or not a.flags.c_contiguous:
                         break
-                    if narrow:
-                        a32 = a.astype(np.int32)
-                        if not (a32 == a).all():  # (a value int32 cannot hold: the full path names it)
+                    if a.dtype != dtype:
+                        if not (narrow and a.dtype == np.int32):  # (int32 for an int64 input: as stored)
                             break
-                        a = a32
+                    elif narrow:
+                        a = _narrowed(a)
+                        if a is None:  # (a value int32 cannot hold: the full path names it)
+                            break
                     args.append(a)
                 else:
                     return args, True
