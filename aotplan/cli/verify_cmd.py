@@ -45,9 +45,12 @@ def verify_cmd(plan_path, timeout, max_memory, trust_key, require_signature, tru
         raise codec.named(plan_path, e) from None
     signed = "signature verified" if trusted else (
         "signed, no key given" if codec.read_header(data)[0].get("signature") is not None else "unsigned")
+    every = [m for _, m in plan.all_methods()]
+    methods = f"{len(every)} methods ({', '.join(m.method for m in every)}): " if plan.methods else ""
     click.echo(f"plan {plan_path}: format {int.from_bytes(data[8:12], 'little')}, launch mode {plan.launch_mode}, "
-               f"{plural(len(plan.tensors), 'tensor')}, {plural(len(plan.launches), 'launch')}, "
-               f"{plural(len(plan.kernels), 'kernel')}; "
+               f"{methods}{plural(sum(len(m.tensors) for m in every), 'tensor')}, "
+               f"{plural(sum(len(m.launches) for m in every), 'launch')}, "
+               f"{plural(sum(len(m.kernels) for m in every), 'kernel')}; "
                f"{signed}; fields and verifier ok")
     # the child checks the very bytes checked above, not the file read again
     report = isolate.probe(data, key, require_signature, trust_executables, timeout=timeout, name=plan_path,
