@@ -65,6 +65,9 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
 
     key = codec.read_key(trust_key) if trust_key else codec.env_key()
     plan, trusted = codec.read_checked(plan_path, key, require_signature)
+    if plan.methods or plan.method:
+        raise AotplanError(f"{plan_path} is a plan of methods ({', '.join(n for n, _ in plan.all_methods())}): check "
+                           f"compares a plan of one model with it; compile each method's model alone and check that")
     graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights, states)
     if digest != plan.provenance.model_digest:
         raise AotplanError(_not_compiled_from(plan, plan_path, graph, model, digest, frozen))
