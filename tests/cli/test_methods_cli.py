@@ -70,3 +70,5 @@ def test_replay_needs_the_method_of_a_plan_of_several(tmp_path):
     assert r.exit_code == 0 and "output y: float32[4]" in r.output, r.output
     r = CliRunner().invoke(main, ["inspect", str(plan)])
     assert r.exit_code == 0 and "methods (2, sharing the weights, the states and the arena" in r.output, r.output
+    one_error_line(CliRunner().invoke(main, ["check", str(plan), acc]),
+                   "is a plan of methods (first, second): check compares a plan of one model with it")
