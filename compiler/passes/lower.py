@@ -209,13 +209,20 @@ def _group_kernel(group, reads, writes, recs, offsets, dynamic, feeds, returns, 
             arena = arena_io.write(arena, _word(offsets[t]), recs[t].dtype, v)
             env[recs[t].name] = v
         direct = set()  # state updates already written into the state buffer (state_writes)
+        # such an update is read back from the buffer when a node first reads it, from
+        # the buffer as it is then: a read of an older version of the buffer, which a
+        # later scatter updates in place, would make XLA copy the whole buffer first
+        pending = {}
         for node in group:
+            for i in node.inputs:
+                if i in pending:
+                    env[i] = arena_io.read(state, *pending.pop(i))
             pair = state_writes.direct(node, recs, rec_of, state_pairs) if stateful else None
             if pair is not None and pair[1] in writes:
                 r, at = recs[pair[1]], _word(state_offsets[pair[1]])
                 vals = [env[i] for i in node.inputs]
                 state = state_writes.scatter(state, at, node, _dev(r), vals[1], vals[2] if len(vals) > 2 else None)
-                env[node.outputs[0]] = arena_io.read(state, at, r.dtype, _dev(r))
+                pending[node.outputs[0]] = (at, r.dtype, _dev(r))
                 direct.add(pair[1])
                 continue
             results = cformats.lower_node(node, [env[i] for i in node.inputs], [info[i] for i in node.inputs],
