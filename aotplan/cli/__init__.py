@@ -17,4 +17,4 @@ __all__ = ["main", "run"]
 
 from aotplan.cli.app import main, run  # (first: its imports turn a Ctrl-C into one line)
 from aotplan.cli import (  # noqa: F401,E402  (each registers its command on `main`)
-    compile_cmd, import_cmd, replay_cmd, check_cmd, verify_cmd, inspect_cmd, generate_cmd)
+    compile_cmd, import_cmd, replay_cmd, check_cmd, verify_cmd, inspect_cmd, generate_cmd, serve_cmd)
