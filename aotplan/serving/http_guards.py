@@ -1,5 +1,4 @@
-"""ASGI middleware in front of KServe's REST app: the request size limit, and JSON
-requests read as JSON whatever their Content-Type says."""
+"""ASGI middleware in front of KServe's REST app: the request size limit."""
 
 
 class RequestSizeLimit:
@@ -55,22 +54,3 @@ class RequestSizeLimit:
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
-
-
-class JsonWithoutBinaryData:
-    """A v2 infer request without the binary-data header (Inference-Header-Content-Length)
-    is all JSON, as the protocol says and Triton reads it; Triton's own HTTP client sends
-    such requests with no Content-Type, which KServe 0.21 takes for binary data and
-    refuses ("the 'inference-header-content-length' header is missing")."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path", "").endswith("/infer"):
-            headers = scope.get("headers") or []
-            names = {k.lower() for k, _ in headers}
-            if b"inference-header-content-length" not in names:
-                headers = [(k, v) for k, v in headers if k.lower() != b"content-type"]
-                scope = dict(scope, headers=headers + [(b"content-type", b"application/json")])
-        await self.app(scope, receive, send)

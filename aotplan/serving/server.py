@@ -15,7 +15,8 @@ import signal
 import sys
 
 from aotplan.core.errors import AotplanError
-from aotplan.serving.http_guards import JsonWithoutBinaryData, RequestSizeLimit
+from aotplan.serving.http_guards import RequestSizeLimit
+from aotplan.serving.rest_infer import add_infer_route
 
 INSTALL = "pip install 'aotplan[serve]'"
 
@@ -80,8 +81,8 @@ class Server:
             self.registry.update(m, m.name)
         self.dataplane = DataPlane(model_registry=self.registry)
         self.extension = ModelRepositoryExtension(model_registry=self.registry)
-        model_server.app.add_middleware(JsonWithoutBinaryData)
         model_server.app.add_middleware(RequestSizeLimit, limit=max_request_bytes)
+        add_infer_route(model_server.app, self.dataplane)
         self.rest = RESTServer("kserve.model_server:app", self.dataplane, self.extension, http_port,
                                grace_period=grace_s, event_loop="asyncio")
         self.rest.config.host = host  # (KServe's one hard-coded choice this server changes)

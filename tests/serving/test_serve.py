@@ -266,6 +266,44 @@ def test_a_request_over_the_size_limit_is_refused(server):
     assert infer(httpclient, server.http, "mlp", mlp).as_numpy("probs").shape == (4, 10)
 
 
+def test_a_malformed_binary_request_is_a_400_and_the_next_is_served(server):
+    """The REST route reads binary tensors itself (aotplan/serving/rest_infer.py): every
+    way its framing can be wrong is one 400 naming what is wrong."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    x = np.zeros((4, 64), np.float32).tobytes()
+
+    def post(head, data, header_length=None):
+        head = json.dumps(head).encode()
+        req = urllib.request.Request(f"http://{server.http}/v2/models/mlp/infer", data=head + data, headers={
+            "Inference-Header-Content-Length": str(len(head) if header_length is None else header_length)})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def tensor(size):
+        return {"inputs": [{"name": "x", "datatype": "FP32", "shape": [4, 64],
+                            "parameters": {"binary_data_size": size}}]}
+
+    assert post(tensor(len(x)), x)[0] == 200
+    for head, data, length, says in [
+        (tensor(len(x)), x, 10 ** 6, b"Inference-Header-Content-Length 1000000"),
+        (tensor(len(x)), x, 3, b"not a v2 inference request"),
+        (tensor(len(x) + 4), x, None, b"no 'data' and no binary data"),
+        (tensor(len(x) - 4), x, None, b"4 bytes of binary data that no input claims"),
+        (tensor(len(x)), x[:-4], None, b"no 'data' and no binary data"),
+        ({"inputs": [{"name": "x"}]}, b"", None, b"inputs[0]: needs 'name', 'datatype' and 'shape'"),
+        ({"inputs": "x"}, b"", None, b"a list 'inputs'"),
+    ]:
+        status, answer = post(head, data, length)
+        assert status == 400 and says in answer, (status, answer)
+    assert post(tensor(len(x)), x)[0] == 200
+
+
 def test_concurrent_clients_each_get_their_own_answers(server, sessions):
     mlp = sessions["mlp"]
     cases = [feeds_for(mlp, seed=100 + k) for k in range(16)]
