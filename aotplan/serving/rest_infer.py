@@ -57,7 +57,7 @@ def decode(body, header_length, model_name, invalid):
             raise ValueError("the request must be a JSON object with a list 'inputs'")
     except (ValueError, orjson.JSONDecodeError) as e:
         raise invalid(f"not a v2 inference request: {e}") from None
-    inputs, raw, at = [], [], json_length
+    inputs, at = [], json_length
     for k, t in enumerate(head["inputs"]):
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not isinstance(t.get("datatype"), str) \
                 or not isinstance(t.get("shape"), list):

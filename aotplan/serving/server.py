@@ -11,6 +11,7 @@ exits 0.
 """
 
 import asyncio
+import importlib
 import signal
 import sys
 
@@ -27,7 +28,7 @@ def import_kserve():
     saved = sys.argv
     sys.argv = saved[:1]
     try:
-        import kserve.model_server  # noqa: F401  (imported for its side effect: KServe's app)
+        importlib.import_module("kserve.model_server")  # (its module-level app and argument parser)
     except ImportError as e:
         raise AotplanError(f"aotplan serve needs KServe's model server ({e.name} is not installed): {INSTALL}") \
             from None
