@@ -11,15 +11,23 @@ A plan with states is refused: its state (a KV cache) is one sequence's, and one
 shared by concurrent clients would mix their sequences.
 """
 
+from dataclasses import dataclass
+
 from aotplan.core.errors import AotplanError
 from aotplan.serving import profiles as prof
 from aotplan.serving.tensors import DATATYPES
 
 
-def served_models(session, plan_path, name=None, max_batch=None, batch_wait_s=0.0):
-    """-> [(model name, profiles.ModelSteps, batching or None)] for a loaded plan."""
-    from aotplan.serving.model import PlanModel  # (imports KServe)
+@dataclass(frozen=True)
+class Served:
+    name: str
+    steps: object  # profiles.ModelSteps
+    batching: object  # (max rows, wait seconds) or None
 
+
+def served_models(session, plan_path, name=None, max_batch=None, batch_wait_s=0.0):
+    """-> [Served] for a loaded plan (a Session), or for a plan's tensors alone
+    (PlanSignature: a front end whose steps run elsewhere)."""
     plan = session.plan
     if plan.states:
         raise AotplanError(f"{plan_path} keeps state across steps ({', '.join(s.name for s in plan.states)}): "
@@ -35,14 +43,33 @@ def served_models(session, plan_path, name=None, max_batch=None, batch_wait_s=0.
     if found is not None:
         variable = len(found) > 1 or max_batch is not None
         steps = prof.ModelSteps(found, variable_rows=variable)
-        return [PlanModel(name, steps, _batching(max_batch, batch_wait_s, steps, plan_path))]
+        return [Served(name, steps, _batching(max_batch, batch_wait_s, steps, plan_path))]
     if max_batch is not None:
         raise AotplanError(f"--max-batch: {plan_path}'s inputs and outputs do not share a first (batch) axis"
                            + (" across its methods" if len(session.methods) > 1 else ""))
     if len(session.methods) == 1:
-        return [PlanModel(name, prof.ModelSteps([prof.Profile(1, plan.method, session)], variable_rows=False))]
-    return [PlanModel(f"{name}.{method}", prof.ModelSteps([prof.Profile(1, method, ms)], variable_rows=False))
+        return [Served(name, prof.ModelSteps([prof.Profile(1, plan.method, session)], variable_rows=False), None)]
+    return [Served(f"{name}.{method}", prof.ModelSteps([prof.Profile(1, method, ms)], variable_rows=False), None)
             for method, ms in session.methods.items()]
+
+
+class PlanSignature:
+    """A verified plan's methods and their tensors, as a Session shows them, without
+    loading it (no kernels compiled, nothing placed)."""
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    @property
+    def methods(self):
+        return {name: _MethodTensors(p) for name, p in self.plan.all_methods()}
+
+
+class _MethodTensors:
+    def __init__(self, plan):
+        T = plan.tensors
+        self.input_specs = [(T[i].name, T[i].dtype, T[i].shape) for i in plan.inputs]
+        self.output_specs = [(n, T[i].dtype, T[i].shape) for n, i in zip(plan.output_names, plan.outputs)]
 
 
 def _batching(max_batch, wait_s, steps, plan_path):

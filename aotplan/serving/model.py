@@ -1,38 +1,29 @@
 """One served model on KServe's model server: a plan (or one of its methods) behind the
 open inference protocol.
 
-Requests are checked against the plan (`tensors.decode`) on the server's event loop;
-steps run on one thread per model (`ModelSteps.run`), one at a time, as the session runs
-them: concurrent requests queue for the step thread while the event loop keeps parsing
-and answering. With batching on, a `Batcher` joins the requests that arrive together.
+Requests are checked against the plan (`tensors.decode`) on the server's event loop,
+then handed to the model's runner (runners.py): concurrent requests queue for the steps
+while the event loop keeps parsing and answering.
 """
-
-import asyncio
-import concurrent.futures
 
 from kserve import Model
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferResponse
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter
 
 from aotplan.serving import tensors
-from aotplan.serving.batcher import Batcher
 
-STEPS = Counter("aotplan_steps", "Steps the plan ran (a batched step answers several requests)", ["model"])
-ROWS = Histogram("aotplan_step_rows", "Request rows per step", ["model"], buckets=(1, 2, 4, 8, 16, 32, 64, 128))
 REQUESTS = Counter("aotplan_requests", "Inference requests answered, by outcome", ["model", "outcome"])
 
 
 class PlanModel(Model):
-    """`steps`: a profiles.ModelSteps. `batching`: (max rows, wait seconds) or None."""
+    """`steps`: the model's profiles.ModelSteps (its tensors; with a local runner, its
+    sessions); `runner`: where its steps run (runners.LocalSteps, or replicas)."""
 
-    def __init__(self, name, steps, batching=None, platform="aotplan"):
+    def __init__(self, name, steps, runner):
         super().__init__(name)
-        self.steps = steps
-        self.platform = platform
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"aotplan-{name}")
-        self._batcher = Batcher(self._run, batching[0], batching[1], self._thread) if batching else None
-        self.max_rows = batching[0] if batching else steps.max_rows
+        self.steps, self.runner = steps, runner
+        self.max_rows = runner.max_rows
         self._specs = {s.name: s for s in steps.inputs}
         self._outputs = {s.name for s in steps.outputs}
         self.ready = True  # (the plan was loaded and verified before this model was made)
@@ -46,12 +37,6 @@ class PlanModel(Model):
     def get_output_types(self):
         return [s.metadata() for s in self.steps.outputs]
 
-    def _run(self, requests):
-        outs = self.steps.run(requests)
-        STEPS.labels(self.name).inc()
-        ROWS.labels(self.name).observe(sum(self.steps.rows(r) for r in requests))
-        return outs
-
     async def predict(self, payload, headers=None):
         try:
             feeds, rows = self._feeds(payload)
@@ -59,10 +44,7 @@ class PlanModel(Model):
         except tensors.RequestError as e:
             REQUESTS.labels(self.name, "invalid").inc()
             raise InvalidInput(str(e)) from None
-        if self._batcher is not None:
-            out = await self._batcher.submit(feeds, rows)
-        else:
-            (out,) = await asyncio.get_running_loop().run_in_executor(self._thread, self._run, [feeds])
+        out = await self.runner.run(feeds, rows)
         REQUESTS.labels(self.name, "ok").inc()
         outputs = []
         for name, array in out.items():
@@ -111,4 +93,4 @@ class PlanModel(Model):
         return {o.name for o in asked}
 
     def stop(self):
-        self._thread.shutdown(wait=True)
+        self.runner.stop()
