@@ -12,8 +12,8 @@ row: p50, p99, requests/s, and p50 over the floor's step time; the "server overh
 is p50 at concurrency 1 minus the floor.
 
     python scripts/bench_serve.py [--models cnn,squeezenet] [--concurrency 1,4,16]
-        [--seconds 3] [--batch-wait-ms 2]
-Needs: pip install -e '.[serve,serve-test,onnx]'
+        [--seconds 3] [--batch-wait-ms 2] [--ray]
+Needs: pip install -e '.[serve,serve-test,onnx]' (and '.[ray]' for --ray)
 """
 
 import argparse
@@ -147,6 +147,10 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--batch-wait-ms", type=float, default=2.0)
     ap.add_argument("--transports", default="http,grpc")
+    ap.add_argument("--ray", action="store_true",
+                    help="Also serve the plain plan on 1 and 2 Ray Serve replicas (--ray --replicas N). Ray binds "
+                         "every interface: run the script in a network namespace of its own, "
+                         "unshare -n sh -c 'ip link set lo up && python scripts/bench_serve.py --ray'")
     args = ap.parse_args()
     conc = [int(c) for c in args.concurrency.split(",")]
     with tempfile.TemporaryDirectory() as folder:
@@ -163,6 +167,9 @@ def main():
             runs = [("plain", [plain], feeds, f_p50), ("batch 8, {:g} ms".format(args.batch_wait_ms),
                                                          [rows, "--max-batch", "8", "--batch-wait-ms",
                                                           str(args.batch_wait_ms)], one, f1_p50)]
+            if args.ray:
+                runs += [(f"ray, {n} replica{'s' * (n > 1)}", [plain, "--ray", "--replicas", str(n)], feeds, f_p50)
+                         for n in (1, 2)]
             for label, serve_args, req, base in runs:
                 srv = ServeProcess([serve_args[0]], "--name", "m", *serve_args[1:])
                 try:
@@ -175,8 +182,8 @@ def main():
                             if c == 1 and label == "plain":
                                 print(f"  {'':<24} server overhead per request at 1 client: "
                                       f"{(p50 - base) * 1e3:.3f} ms")
-                    steps = srv.steps("m")
-                    print(f"  {label}: {steps} steps served")
+                    if not label.startswith("ray"):
+                        print(f"  {label}: {srv.steps('m')} steps served")
                 finally:
                     srv.stop()
 
