@@ -389,3 +389,47 @@ def test_without_kserve_serve_says_how_to_install(plans):
             "from aotplan.cli import run; run()")
     r = subprocess.run([sys.executable, "-c", code, plans["mlp"]], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "pip install 'aotplan[serve]'" in r.stderr, r.stderr
+
+
+def serve_error(*args):
+    """-> (exit code, stderr) of an `aotplan serve` that must fail before serving."""
+    from serve_process import free_port
+
+    r = subprocess.run([sys.executable, "-m", "aotplan.cli", "serve", *args, "--http-port", str(free_port()),
+                        "--grpc-port", str(free_port())], capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stderr
+
+
+def test_refusals_before_serving_are_one_line_each(plans, tmp_path):
+    from state_model import accumulator
+
+    stateful = compile_plan(str(tmp_path / "acc.plan"), accumulator(tmp_path))
+    key, other = tmp_path / "key", tmp_path / "other"
+    key.write_bytes(b"k" * 32)
+    other.write_bytes(b"o" * 32)
+    signed = compile_plan(str(tmp_path / "signed.plan"), os.path.join(ROOT, "plans", "examples", "mlp", "model.json"),
+                          "--sign-key", str(key))
+    for args, says in [
+        ([plans["mlp"], "--require-signature"], "not signed"),
+        ([signed, "--trust-key", str(other)], "signature"),
+        ([stateful], "keeps state across steps (acc)"),
+        ([plans["cnn_rows"], "--max-batch", "9"], "--max-batch 9: "),
+        ([plans["mlp"], "--replicas", "2"], "add --ray"),
+        ([plans["mlp"], plans["mlp"]], "two models named 'mlp'"),
+        ([str(tmp_path / "missing.plan")], "missing.plan"),
+    ]:
+        rc, err = serve_error(*args)
+        assert rc == 2 and says in err and "Traceback" not in err, (args, rc, err)
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_a_port_in_use_is_named(plans):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "aotplan.cli", "serve", plans["mlp"], "--http-port", str(port)],
+                           capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and f"port {port} on 127.0.0.1: in use" in r.stderr, r.stderr
