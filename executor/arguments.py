@@ -1,5 +1,6 @@
 """Checks of what a caller passes to `executor.load` and `Session`: each wrong argument
-is one PlanError naming it, raised before any file is read or device touched."""
+is one PlanError naming it, raised before any file is read or device touched: an
+ArgumentTypeError (a TypeError) or an ArgumentValueError (a ValueError)."""
 
 import inspect
 import os
@@ -8,7 +9,7 @@ import jax
 import numpy as np
 
 from aotplan.core import codec
-from aotplan.core.errors import PlanError
+from aotplan.core.errors import ArgumentTypeError, ArgumentValueError
 
 
 def short(value):
@@ -23,14 +24,14 @@ def check_path(path):
     closed under its owner)."""
     if isinstance(path, (str, os.PathLike)):
         return path
-    raise PlanError(f"executor.load takes the path of a plan file (str or os.PathLike) or a plan's bytes, got "
+    raise ArgumentTypeError(f"executor.load takes the path of a plan file (str or os.PathLike) or a plan's bytes, got "
                     f"{type(path).__name__} {short(path)}")
 
 
 def check_flag(who, flag, value):
     """A bool argument (numpy's bool too)."""
     if not isinstance(value, (bool, np.bool_)):
-        raise PlanError(f"{who}: {flag} must be True or False, got {type(value).__name__} {short(value)}")
+        raise ArgumentTypeError(f"{who}: {flag} must be True or False, got {type(value).__name__} {short(value)}")
 
 
 def check_jobs(who, jobs):
@@ -38,7 +39,8 @@ def check_jobs(who, jobs):
     if jobs is None:
         return None
     if not isinstance(jobs, (int, np.integer)) or isinstance(jobs, (bool, np.bool_)) or jobs < 1:
-        raise PlanError(f"{who}: jobs must be None or a positive int, got {type(jobs).__name__} {short(jobs)}")
+        raise (ArgumentValueError if isinstance(jobs, (int, np.integer)) and not isinstance(jobs, (bool, np.bool_))
+               else ArgumentTypeError)(f"{who}: jobs must be None or a positive int, got {type(jobs).__name__} {short(jobs)}")
     return int(jobs)
 
 
@@ -51,7 +53,7 @@ def trust_key(key):
         return codec.read_key(key)
     if isinstance(key, (bytes, bytearray, memoryview)):
         return codec.check_key(key, "trust_key")
-    raise PlanError(f"trust_key: expected the key's bytes or a key file's path, got {type(key).__name__}")
+    raise ArgumentTypeError(f"trust_key: expected the key's bytes or a key file's path, got {type(key).__name__}")
 
 
 def check_progress(progress, who):
@@ -67,7 +69,7 @@ def check_progress(progress, who):
         except ValueError:  # (no signature to read: a builtin)
             pass
     if not ok:
-        raise PlanError(f"{who}: progress must be None or a function of one str, got {type(progress).__name__} "
+        raise ArgumentTypeError(f"{who}: progress must be None or a function of one str, got {type(progress).__name__} "
                         f"{short(progress)}")
 
 
@@ -82,7 +84,7 @@ def resolve_device(device):
     if isinstance(device, jax.Device) or isinstance(getattr(device, "platform", None), str):
         return device
     if not isinstance(device, str):
-        raise PlanError(f"device: expected a jax Device or a platform name such as 'cpu' or 'gpu', got "
+        raise ArgumentTypeError(f"device: expected a jax Device or a platform name such as 'cpu' or 'gpu', got "
                         f"{type(device).__name__} {short(device)}")
     name, _, index = device.strip().lower().partition(":")
     try:
@@ -91,9 +93,9 @@ def resolve_device(device):
         found = []
     if not found:
         have = sorted({d.platform for d in jax.devices()})
-        raise PlanError(f"device {device!r}: no such platform on this host (it has: {', '.join(have)})")
+        raise ArgumentValueError(f"device {device!r}: no such platform on this host (it has: {', '.join(have)})")
     if not index:
         return found[0]
     if not index.isdigit() or int(index) >= len(found):
-        raise PlanError(f"device {device!r}: this host has {len(found)} {name} device(s), numbered 0-{len(found) - 1}")
+        raise ArgumentValueError(f"device {device!r}: this host has {len(found)} {name} device(s), numbered 0-{len(found) - 1}")
     return found[int(index)]

@@ -6,7 +6,7 @@ as psutil reads it, less a margin) and the caller's cap (`max_memory`), so that 
 that states 8 GiB, or whose kernels want more than it states, is one clear error and
 not an exhausted host."""
 
-from aotplan.core.errors import LimitError, PlanError
+from aotplan.core.errors import ArgumentTypeError, ArgumentValueError, LimitError
 from aotplan.core.kernels import COMPILED, COMPILED_VIA_CALL
 
 HOST_SHARE = 0.9  # of the host's available memory a plan may take on a CPU (the process needs some too)
@@ -16,7 +16,8 @@ def check_max_memory(who, max_memory):
     """`max_memory` as callers pass it: None or a positive int (bytes)."""
     if max_memory is not None and (isinstance(max_memory, bool) or not isinstance(max_memory, int)
                                    or max_memory <= 0):
-        raise PlanError(f"{who}: max_memory must be a positive number of bytes or None, got {max_memory!r}")
+        raise (ArgumentValueError if isinstance(max_memory, int) and not isinstance(max_memory, bool)
+               else ArgumentTypeError)(f"{who}: max_memory must be a positive number of bytes or None, got {max_memory!r}")
     return max_memory
 
 

@@ -8,7 +8,7 @@ import os
 import jax
 
 from aotplan.core import fileio
-from aotplan.core.errors import ForkError, PlanError
+from aotplan.core.errors import ArgumentTypeError, ForkError, PlanError
 from executor.arguments import short
 
 log = logging.getLogger("aotplan")
@@ -117,5 +117,5 @@ def enable_cache(cache_dir, device=None):
 
 def check_cache_dir(cache_dir, who):
     if not isinstance(cache_dir, (str, os.PathLike)) or not os.fspath(cache_dir):
-        raise PlanError(f"{who}: cache_dir must be a folder's path (a non-empty str or os.PathLike), got "
+        raise ArgumentTypeError(f"{who}: cache_dir must be a folder's path (a non-empty str or os.PathLike), got "
                         f"{type(cache_dir).__name__} {short(cache_dir)}")

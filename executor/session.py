@@ -23,11 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from aotplan.core import dtypes, formats, kernels, verify
-from aotplan.core.errors import FeedError, ForkError, PlanError
+from aotplan.core.errors import ArgumentTypeError, FeedError, ForkError, PlanError
 from aotplan.core.kernels import adopt
 from aotplan.core.plan import Plan
 from executor import feeds as feed_checks
-from executor import kernel_loader, memory_limits, process, states
+from executor import kernel_loader, memory_limits, ort_api, process, states
 from executor.arguments import check_progress, resolve_device, short
 
 log = logging.getLogger("aotplan")
@@ -125,7 +125,7 @@ class Session:
             self.device = resolve_device(device)
             self._host_memory = _host_is_device(self.device)
             if not isinstance(plan, Plan):
-                raise PlanError(f"Session takes a decoded plan (aotplan.core.plan.Plan), got {type(plan).__name__}: "
+                raise ArgumentTypeError(f"Session takes a decoded plan (aotplan.core.plan.Plan), got {type(plan).__name__}: "
                                 f"executor.load(path) loads a plan file")
             check_progress(progress, "Session")
             memory_limits.check_max_memory("Session", max_memory)
@@ -430,6 +430,24 @@ class Session:
     def memory(self):
         return self.plan.memory
 
+    # (onnxruntime's InferenceSession calls: executor/ort_api.py)
+    def get_inputs(self):
+        """[TensorInfo] of the inputs: `.name`, `.shape`, `.type` ("tensor(float)", as
+        onnxruntime's NodeArg), `.dtype` (what to feed)."""
+        return ort_api.tensor_infos(self.input_specs)
+
+    def get_outputs(self):
+        return ort_api.tensor_infos(self.output_specs)
+
+    def get_modelmeta(self):
+        """The plan's metadata, with onnxruntime's ModelMetadata fields (graph_name,
+        producer_name, version, custom_metadata_map) and its own (launch_mode,
+        platforms, device_memory_bytes, method)."""
+        return ort_api.model_meta(self.plan)
+
+    def get_providers(self):
+        return [f"aotplan:{self.device.platform}"]
+
     def arena_pointer(self):
         """The arena's device address (an int): the same after every step when steps
         run in place (`replay --check-alloc`). Taken under the session's lock, so a
@@ -519,6 +537,9 @@ class Session:
         other. Safe to call from several threads: steps are serialized.
         `method`: which of the plan's methods runs (`methods`); a plan of several
         methods needs it, a plan of one takes None (or its name)."""
+        if type(feeds) is not dict and not isinstance(feeds, dict):
+            # onnxruntime's order: run(output_names, feeds) -> a list
+            return ort_api.run(self, feeds, device_outputs, method)
         if method is not None or self._children:
             if method != self.plan.method:
                 return self._method(method).run(feeds, device_outputs)

@@ -48,6 +48,8 @@ def load_npy(spec, flag="--input", names=()):
     name, path = split_spec(spec, flag, names)
     try:
         a = np.load(path, allow_pickle=False) if not _is_stream(path) else _read_npy_stream(path)
+    except FeedError:  # (the stream reader's own, naming the input already)
+        raise
     except MemoryError:
         raise FeedError(f"{flag} {name}: {path!r} declares an array too large to load") from None
     except ValueError as e:

@@ -27,8 +27,19 @@ class PlanError(AotplanError):
     fails verification."""
 
 
-class FeedError(AotplanError):
-    """Inputs handed to a session do not match the plan."""
+class FeedError(AotplanError, ValueError):
+    """Inputs handed to a session do not match the plan (a ValueError, as callers of
+    onnxruntime and numpy catch such errors)."""
+
+
+class ArgumentTypeError(PlanError, TypeError):
+    """An argument of the executor's API of the wrong type (a path that is an int, a
+    flag that is a string): a TypeError, as Python's own calls raise."""
+
+
+class ArgumentValueError(PlanError, ValueError):
+    """An argument of the executor's API of the right type and a wrong value (jobs=0,
+    a device this host lacks): a ValueError."""
 
 
 class LimitError(AotplanError):
