@@ -97,24 +97,9 @@ def with_states(graph, digest, specs):
     """The graph with each --state OUT=IN pair a state (zeros before the first step),
     and its digest covering them; the graph's checks (`validate`) name a missing input
     or output, the compile mismatched shapes or dtypes."""
-    if not specs:
-        return graph, digest
-    import dataclasses
-    import hashlib
+    from compiler.frontends.states import declare
 
-    from aotplan.core.graph import State
-
-    pairs = parse_states(specs)
-    inputs = {t.name for t in graph.inputs}
-    for out, inp in pairs:
-        if inp not in inputs:
-            raise AotplanError(f"--state {out}={inp}: {inp!r} is not a graph input (inputs: "
-                               f"{', '.join(sorted(inputs)) or 'none'})")
-        if out not in graph.outputs:
-            raise AotplanError(f"--state {out}={inp}: {out!r} is not a graph output (outputs: "
-                               f"{', '.join(graph.outputs) or 'none'})")
-    graph = dataclasses.replace(graph, states=graph.states + tuple(State(inp, out) for out, inp in pairs))
-    return graph, hashlib.sha256(f"{digest} states {pairs!r}".encode()).hexdigest()
+    return declare(graph, digest, parse_states(specs))
 
 
 STATE_HELP = ("Keep a tensor on the device across steps (a KV cache): graph output OUT is written in place over "

@@ -210,6 +210,20 @@ class Plan:
     def tensor_index(self):
         return {t.name: i for i, t in enumerate(self.tensors)}
 
+    def save(self, path, sign_key=None):
+        """Write this plan to `path` (atomically: a reader never sees half a file), signed
+        with `sign_key` (the key's bytes or a key file's path) if given -> path."""
+        from aotplan.core import codec
+        from aotplan.core.fileio import atomic_write
+
+        import os
+
+        if sign_key is not None:
+            sign_key = (codec.read_key(sign_key) if isinstance(sign_key, (str, os.PathLike))
+                        else codec.check_key(sign_key, "sign_key"))
+        atomic_write(path, codec.encode(self, sign_key=sign_key))
+        return path
+
     def all_methods(self):
         """-> ((name, plan), ...): this plan's first method, then the others."""
         return ((self.method, self),) + tuple((m.method, m) for m in self.methods)

@@ -1,0 +1,74 @@
+"""The compiler from Python: `aotplan.compile(model, ...) -> Plan`, then `plan.save(path)`.
+
+    import aotplan, executor
+    plan = aotplan.compile("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
+    plan.save("model.plan")
+    session = executor.load("model.plan")
+
+The same pipeline and defaults as `aotplan compile`, so a plan compiled here is the file
+the command writes, byte for byte.
+"""
+
+import dataclasses
+import os
+
+from aotplan.core.errors import ModelError
+from compiler import methods, pipeline
+from compiler.frontends.states import declare as declare_states
+
+_KNOWN = {f.name for f in dataclasses.fields(pipeline.Options)} - {"launch", "targets"}
+
+
+def compile(model, *, input_shapes=None, freeze=None, states=None, launch="sink", target="host", name=None,
+            progress=None, **options):
+    """Compile a model into a plan (aotplan.core.plan.Plan; `plan.save(path)` writes it).
+
+    model: a model.json path, an .onnx path, or an onnx.ModelProto.
+    input_shapes: {input name: dims} for an ONNX model's symbolic dimensions.
+    freeze: {input name: array}: inputs made constants (an input that decides shapes).
+    states: {output name: input name}: tensors kept on the device across steps (a KV
+        cache), as `--state OUT=IN`.
+    launch: "sink" (one program a step), "fused" or "kernel".
+    target: "host", "cpu", "cuda" or "both": the platforms the kernels are exported for.
+    name: the model's name (an ONNX model's default: its file name or graph name).
+    options: any field of compiler.pipeline.Options (planner, weights, inline_bytes,
+        format_policy, jobs, embed_native, ...), as the command's options set them.
+    progress: None, or a function of the number of launches lowered so far."""
+    unknown = sorted(set(options) - _KNOWN)
+    if unknown:
+        raise TypeError(f"aotplan.compile: unknown option {unknown[0]!r} (options: {', '.join(sorted(_KNOWN))})")
+    targets = {"host": (), "both": ("cpu", "cuda")}.get(target, (target,))
+    opts = pipeline.Options(launch=launch, targets=targets, **options)
+    graph, digest = _graph(model, input_shapes, freeze, name)
+    graph, digest = declare_states(graph, digest, list((states or {}).items()), flag="states")
+    return methods.compile_methods([("", graph)], digest, opts, progress=progress).plan
+
+
+def _graph(model, input_shapes, freeze, name):
+    from aotplan.core import model_json
+    from compiler.frontends import onnx_import
+    from compiler.passes import fold
+
+    freezer = (lambda g: fold.freeze_inputs(g, dict(freeze))) if freeze else None
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if path.lower().endswith(".onnx"):
+            graph, digest = onnx_import.load(path, input_shapes, freeze=freezer)
+            if name:
+                graph = dataclasses.replace(graph, name=name)
+            return graph, digest
+        if input_shapes:
+            raise ModelError("input_shapes applies to ONNX models; model.json shapes are already static")
+        graph, digest = model_json.load(path)
+    elif type(model).__name__ == "ModelProto" and hasattr(model, "graph"):  # (onnx is an optional dependency)
+        graph = onnx_import.convert(model, input_shapes, name=name, freeze=freezer)
+        return graph, model_json.graph_digest(graph)
+    else:
+        raise TypeError(f"aotplan.compile takes a model.json or .onnx path or an onnx.ModelProto, got "
+                        f"{type(model).__name__}")
+    if freezer:
+        graph = freezer(graph)
+        digest = model_json.graph_digest(graph)
+    if name:
+        graph = dataclasses.replace(graph, name=name)
+    return graph, digest
