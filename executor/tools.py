@@ -224,6 +224,9 @@ class Profile:
     step_ms: float  # median of whole steps, run as in serving (no sync between launches)
     launches: tuple  # (index, label, kernel name, median ms), in launch order
     io_ms: tuple  # (input kernel ms, output kernel ms); (0, 0) without them (sink, fused)
+    # every timed launch of the synchronised steps: (step, launch index or -1 for the input
+    # kernel or -2 for the output kernel, start s, end s on time.perf_counter's clock)
+    events: tuple = ()
 
     def lines(self):
         total = sum(ms for *_, ms in self.launches) + sum(self.io_ms)
@@ -250,14 +253,16 @@ def profile(session, feeds, steps=20):
         step.append(time.perf_counter() - t0)
     per = [[] for _ in session.plan.launches]
     io = ([], [])
+    events = []
     args = session.check_feeds(feeds)
-    for _ in range(steps):
+    for k in range(steps):
         clock = [time.perf_counter()]
 
         def after(s, launch, arena):
             arena.block_until_ready()
             now = time.perf_counter()
             (io[0] if s < 0 else per[s]).append(now - clock[0])
+            events.append((k, s if s >= 0 else -1, clock[0], now))
             clock[0] = now
 
         with session._lock:  # as `run` does: other threads may be stepping this session
@@ -265,10 +270,11 @@ def profile(session, feeds, steps=20):
         jax.block_until_ready(outs)
         if session._out_kernel is not None:
             io[1].append(time.perf_counter() - clock[0])
+            events.append((k, -2, clock[0], time.perf_counter()))
     med = lambda xs: float(np.median(xs)) * 1e3 if xs else 0.0  # noqa: E731
     plan = session.plan
     rows = tuple((s, l.node, plan.kernels[l.kernel].name, med(per[s])) for s, l in enumerate(plan.launches))
-    return Profile(med(step), rows, (med(io[0]), med(io[1])))
+    return Profile(med(step), rows, (med(io[0]), med(io[1])), tuple(events))
 
 
 # ------------------------------------------------------------------ dumps

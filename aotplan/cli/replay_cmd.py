@@ -44,6 +44,14 @@ class StepTimes:
     def kept(self):
         return min(self.n, len(self.buf))
 
+    def stats(self):
+        """-> {p50, p90, p99, mean, min, max, first} in ms (percentiles and mean of the
+        kept sample: every step while they fit)."""
+        kept = self.buf[:self.kept] * 1e3
+        p50, p90, p99 = (float(v) for v in np.percentile(kept, [50, 90, 99]))
+        return {"p50": p50, "p90": p90, "p99": p99, "mean": float(kept.mean()), "min": self.lo * 1e3,
+                "max": self.hi * 1e3, "first": self.first * 1e3, "sampled": self.n > len(self.buf)}
+
     def summary(self):
         med = float(np.median(self.buf[:self.kept])) * 1e3
         sample = f" (of a random sample of {plural(self.kept, 'step')})" if self.n > len(self.buf) else ""
@@ -52,7 +60,7 @@ class StepTimes:
 
 
 def load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir, warmup=True,
-                  isolate=False, max_memory=None):
+                  isolate=False, max_memory=None, echo=click.echo):
     import executor
     from aotplan.core import codec
 
@@ -66,7 +74,7 @@ def load_session(plan_path, trust_key, require_signature, trust_executables, cac
         source = codec.read_bytes(plan_path)
         report = iso.probe(source, key or codec.env_key(), require_signature, trust_executables, name=plan_path,
                            max_memory=max_memory)
-        click.echo(f"plan {plan_path}: checked in a child process: {report.line()}")
+        echo(f"plan {plan_path}: checked in a child process: {report.line()}")
     session = executor.load(source, trust_key=key, require_signature=require_signature,
                             trust_executables=trust_executables, cache_dir=cache_dir, warmup=warmup,
                             max_memory=max_memory)
@@ -99,6 +107,13 @@ def pick_method(session, name, plan_path):
                    "device memory stays flat and within the plan's stated memory. Exits 1 if not.")
 @click.option("--profile", is_flag=True, help="Print a table of per-launch median times, sorted, with each "
                                               "launch's share of the step.")
+@click.option("--trace", "trace_path", type=Path(dir_okay=False), metavar="FILE.json",
+              help="With --profile: write the profiled steps as a Chrome trace (open it in Perfetto or "
+                   "chrome://tracing), one slice per launch, one track per step.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object on stdout instead of text: load time, device memory, the step-time "
+                   "percentiles (p50, p90, p99, mean, min, max, first, in ms), the outputs' dtypes and shapes, and "
+                   "what --profile, --check-alloc and --dump found.")
 @click.option("--dump", "dump_dir", type=Path(file_okay=False), metavar="DIR",
               help="After one step, write every tensor each launch wrote (and each view or placed concat it "
                    "completed) as DIR/NNNN_<tensor>.npy, NNNN being the launch, in its logical dtype and shape "
@@ -117,10 +132,16 @@ def pick_method(session, name, plan_path):
 @memory_option
 @trust_options
 @handle_errors
-def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc, profile, dump_dir, isolate,
-           cpu_dispatch, method, max_memory, trust_key, require_signature, trust_executables, cache_dir):
+def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc, profile, trace_path, as_json,
+           dump_dir, isolate, cpu_dispatch, method, max_memory, trust_key, require_signature, trust_executables,
+           cache_dir):
     """Load PLAN, run it STEPS times in place, print its outputs and step times."""
     import executor
+
+    say = (lambda line: None) if as_json else click.echo
+    report = {"plan": plan_path}
+    if trace_path and not profile:
+        raise AotplanError("--trace writes the steps --profile times: add --profile")
 
     if not random_inputs and click.get_current_context().get_parameter_source("seed").name == "COMMANDLINE":
         raise AotplanError("--seed seeds --random-inputs, which is not given: add --random-inputs (for the "
@@ -134,6 +155,13 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
                  "AOTPLAN_TRUST_KEY file": None if trust_key else os.environ.get("AOTPLAN_TRUST_KEY")}
         refuse_overwriting(out_path, reads, "--output")
         refuse_unwritable(out_path, f"outputs to {out_path!r}")
+    if trace_path:
+        from aotplan.core.fileio import refuse_overwriting
+
+        reads = {"plan": plan_path, **{f"--input {n} file": p for n, p in input_paths(inputs)},
+                 "--trust-key file": trust_key, "--output file": out_path}
+        refuse_overwriting(trace_path, reads, "--trace")
+        refuse_unwritable(trace_path, f"the trace to {trace_path!r}")
     input_files = [p for _, p in input_paths(inputs)]
     if dump_dir:
         from executor import tools
@@ -145,7 +173,7 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
             raise AotplanError(f"--output {out_path!r} is, or lies in, the --dump folder {dump_dir!r}, which holds "
                                f"the dump alone: write the outputs elsewhere")
     session = pick_method(load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
-                                       isolate=isolate, max_memory=max_memory), method, plan_path)
+                                       isolate=isolate, max_memory=max_memory, echo=say), method, plan_path)
     feeds = session_feeds(session, inputs, random_inputs, seed)
     m = session.memory
     plan = session.plan
@@ -153,7 +181,7 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
 
     adopted = (f", then {session.adopt_seconds * 1e3:.1f} ms giving them jax's call path"
                if session.adopt_seconds is not None else "")
-    click.echo(f"plan {plan_path}: loaded in {session.load_seconds * 1e3:.1f} ms ({session.kernel_source} kernels"
+    say(f"plan {plan_path}: loaded in {session.load_seconds * 1e3:.1f} ms ({session.kernel_source} kernels"
                f"{kernels.paths_note(session.kernel_paths)}{adopted}); "
                f"launch mode {plan.launch_mode}, {plural(len(plan.launches), 'launch')} per step; device memory "
                f"{fmt_bytes(m.step_device_bytes)} (arena {fmt_bytes(m.arena_bytes)}, pool "
@@ -167,8 +195,15 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
         outs = session.run(feeds)
         times.add(time.perf_counter() - t0)
     for name, a in outs.items():
-        click.echo(f"  output {name}: {a.dtype}{list(a.shape)} {preview(a)}")
-    click.echo(f"  step time over {plural(steps, 'step')}: {times.summary()}")
+        say(f"  output {name}: {a.dtype}{list(a.shape)} {preview(a)}")
+    say(f"  step time over {plural(steps, 'step')}: {times.summary()}")
+    report.update(load_ms=session.load_seconds * 1e3, kernel_source=session.kernel_source,
+                  launch_mode=plan.launch_mode, launches=len(plan.launches), method=plan.method,
+                  device_memory={"step": m.step_device_bytes, "arena": m.arena_bytes, "pool": m.constant_pool_bytes,
+                                 "inline_constants": m.inline_constant_bytes, "states": m.state_bytes,
+                                 "workspace": m.max_workspace_bytes},
+                  steps=steps, step_ms=times.stats(),
+                  outputs={n: {"dtype": a.dtype.name, "shape": list(a.shape)} for n, a in outs.items()})
     if out_path:
         from aotplan.core.fileio import atomic_write, npz_bytes
 
@@ -178,24 +213,44 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
             atomic_write(out_path, data)
         except OSError as e:
             raise AotplanError(f"cannot write outputs to {out_path!r}: {fileio.why(e)}") from None
-        click.echo(f"  outputs written to {out_path}")
+        say(f"  outputs written to {out_path}")
+        report["output_file"] = out_path
     from executor import tools
 
     if profile:
-        for line in tools.profile(session, feeds, steps=max(steps, 5)).lines():
-            click.echo(line)
+        prof = tools.profile(session, feeds, steps=max(steps, 5))
+        for line in prof.lines():
+            say(line)
+        report["profile"] = {"step_ms": prof.step_ms, "io_ms": list(prof.io_ms),
+                             "launches": [{"launch": i, "node": label, "kernel": k, "ms": ms}
+                                          for i, label, k, ms in prof.launches]}
+        if trace_path:
+            from executor import trace
+
+            try:
+                trace.write(trace_path, trace.chrome_trace(prof, plan, plan_path))
+            except OSError as e:
+                raise AotplanError(f"cannot write the trace to {trace_path!r}: {fileio.why(e)}") from None
+            say(f"  trace of {plural(max(steps, 5), 'step')} written to {trace_path} (open it in Perfetto)")
+            report["trace_file"] = trace_path
     if dump_dir:
         try:
             files = tools.dump(session, feeds, dump_dir, keep=input_files)
         except OSError as e:
             raise AotplanError(f"cannot write dumps to {dump_dir!r}: {fileio.why(e)}") from None
-        click.echo(f"  dumped {plural(len(files), 'tensor')} to {dump_dir} (listed in {tools.DUMP_INDEX})"
+        report["dump"] = {"folder": dump_dir, "files": len(files)}
+        say(f"  dumped {plural(len(files), 'tensor')} to {dump_dir} (listed in {tools.DUMP_INDEX})"
                    + ("" if plan.launch_mode == "kernel" else
                       f"; a {plan.launch_mode} plan keeps the tensors inside its launches in its kernels: compile "
                       f"with --launch kernel to see every tensor"))
     if check_alloc:
-        report = tools.check_alloc(session, feeds, steps=max(steps, 100))
-        for line in report.lines():
-            click.echo(line)
-        if not report.ok:
-            click.get_current_context().exit(1)
+        alloc = tools.check_alloc(session, feeds, steps=max(steps, 100))
+        for line in alloc.lines():
+            say(line)
+        report["check_alloc"] = {"ok": alloc.ok, "lines": list(alloc.lines())}
+    if as_json:
+        import json
+
+        click.echo(json.dumps(report, indent=2))
+    if check_alloc and not alloc.ok:
+        click.get_current_context().exit(1)
