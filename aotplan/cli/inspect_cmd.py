@@ -11,8 +11,11 @@ from aotplan.cli.text import plural
 
 
 def plan_summary(plan, path):
+    from aotplan.core.arena_lifetimes import per_tensor
+
     m, p = plan.memory, plan.provenance
     written = {j for l in plan.launches for j in l.writes}
+    life = per_tensor(plan)
     return {
         "path": path, "launch_mode": plan.launch_mode, "weights": plan.weights, "planner": plan.planner,
         "passes": list(plan.passes),
@@ -41,7 +44,10 @@ def plan_summary(plan, path):
                      "offset": t.offset,
                      "nbytes": t.nbytes, "inside": plan.tensors[t.base].name if t.base >= 0 else None,
                      "shares": ("part" if i in written else "view") if t.base >= 0 else None,
-                     "runs": t.runs, "stride": t.stride}
+                     "runs": t.runs, "stride": t.stride,
+                     # (arena tensors: their bytes held from `first` up to `last`, in launches; launch s
+                     # reads at s and writes at s + 0.5: aotplan/core/arena_lifetimes.py)
+                     "first": life[i][0] if i in life else None, "last": life[i][1] if i in life else None}
                     for i, t in enumerate(plan.tensors)],
         "kernels": [{"name": k.name, "bytes": len(k.exported), "workspace_bytes": k.workspace_bytes,
                      "n_offsets": k.n_offsets, "feeds": k.feeds, "returns": k.returns, "state": k.state,
@@ -59,11 +65,15 @@ def plan_summary(plan, path):
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--plot", "plot_path", type=Path(dir_okay=False), metavar="FILE",
+              help="Draw the arena over the step to FILE (.png, .svg, or .html with a table): every tensor a "
+                   "rectangle (x: its lifetime in launches, y: its bytes), coloured by kind, the lower-bound curve "
+                   "with its peak, and the step's device memory beside it. Needs pip install 'aotplan[plot]'.")
 @click.option("--trust-key", type=Path(dir_okay=False), metavar="FILE",
               help="Check the plan's signature with the HMAC key in FILE (default: the file named by "
                    "AOTPLAN_TRUST_KEY); without a key a signature is shown, not checked.")
 @handle_errors
-def inspect(plan_path, as_json, trust_key):
+def inspect(plan_path, as_json, plot_path, trust_key):
     """Show PLAN's tensors, launches and memory (reads and verifies it; runs nothing)."""
     from aotplan.core import codec, verify
 
@@ -96,6 +106,15 @@ def inspect(plan_path, as_json, trust_key):
             s["signature"] = "verified"
         except PlanError:
             s["signature"] = "does not verify"
+    if plot_path:
+        from aotplan.cli import arena_plot
+        from aotplan.core.fileio import refuse_overwriting
+
+        refuse_overwriting(plot_path, {"plan": plan_path}, "--plot")
+        rects = arena_plot.draw(plan, plot_path)
+        if not as_json:  # (the picture is what was asked for: the listing stays for plain `inspect`)
+            click.echo(f"arena picture of {plural(len(rects), 'tensor')} written to {plot_path}")
+            return
     if as_json:
         click.echo(json.dumps(s, indent=1))
         return
