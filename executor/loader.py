@@ -24,7 +24,8 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
         `executor.arguments.resolve_device`.
     trust_key: the key's bytes (at least 16), or the path of a key file (str or
         os.PathLike, read as `--trust-key` reads it); default: the key file named by
-        AOTPLAN_TRUST_KEY, if set. The plan's HMAC signature must verify with it. A plan
+        AOTPLAN_TRUST_KEY, if set: an Ed25519 public key (PEM, `aotplan keygen`), or
+        an older plan's shared HMAC key. The plan's signature must verify with it. A plan
         whose signature verifies is trusted: its embedded native executables may be used.
     require_signature: refuse unsigned plans.
     trust_executables: use the plan's native executables without a signature.

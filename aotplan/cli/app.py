@@ -107,7 +107,8 @@ def main(ctx, debug):
 def trust_options(fn):
     for opt in reversed([
         click.option("--trust-key", type=Path(dir_okay=False), metavar="FILE",
-                     help="Check the plan's signature with the HMAC key in FILE (default: the file named by "
+                     help="Check the plan's signature with the public key in FILE (Ed25519 PEM, from `aotplan "
+                          "keygen`; or an older plan's HMAC key) (default: the file named by "
                           "AOTPLAN_TRUST_KEY). A plan whose signature verifies is trusted."),
         click.option("--require-signature", is_flag=True, help="Refuse plans that are not signed."),
         click.option("--trust-executables", is_flag=True,
@@ -155,6 +156,23 @@ def finite(param, value):
     return value
 
 
+def _notes_for_warnings():
+    """A FutureWarning (a deprecation meant for users: an HMAC-signed plan) is one
+    `note:` line on stderr, said once, not Python's file-and-line warning format."""
+    import warnings
+
+    default, seen = warnings.showwarning, set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, FutureWarning):
+            return default(message, category, filename, lineno, file, line)
+        if str(message) not in seen:
+            seen.add(str(message))
+            sys.stderr.write(f"note: {message}\n")
+
+    warnings.showwarning = show
+
+
 def run():
     """Console entry point: click's usage errors, too, become one `error:` line."""
     import signal
@@ -169,6 +187,7 @@ def run():
                 default_hook(info)
 
         sys.unraisablehook = unraisable
+    _notes_for_warnings()
     try:
         rc = main(standalone_mode=False, prog_name="aotplan")
     except click.exceptions.UsageError as e:

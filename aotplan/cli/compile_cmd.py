@@ -79,7 +79,9 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
                    "device kind, jax/jaxlib, CPU features) that trusts the plan loads in milliseconds instead of "
                    "compiling. Sign the plan (--sign-key) so hosts can trust it.")
 @click.option("--sign-key", type=Path(dir_okay=False), metavar="FILE",
-              help="Sign the plan with HMAC-SHA256 using the key in FILE (at least 16 bytes).")
+              help="Sign the plan with the Ed25519 private key in FILE (PEM, from `aotplan keygen NAME`: NAME.pem); "
+                   "hosts check it with the public key. A file of other bytes (at least 16) is a shared HMAC-SHA256 "
+                   "key, deprecated.")
 @click.option("--disable", "disabled_opts", multiple=True, type=click.Choice(list(OPTIMISATIONS)), metavar="NAME",
               help=DISABLE_HELP)
 @click.option("--disable-pass", "disabled", multiple=True, type=click.Choice(PASS_NAMES),

@@ -70,14 +70,15 @@ def plan_summary(plan, path):
                    "rectangle (x: its lifetime in launches, y: its bytes), coloured by kind, the lower-bound curve "
                    "with its peak, and the step's device memory beside it. Needs pip install 'aotplan[plot]'.")
 @click.option("--trust-key", type=Path(dir_okay=False), metavar="FILE",
-              help="Check the plan's signature with the HMAC key in FILE (default: the file named by "
+              help="Check the plan's signature with the public key in FILE (Ed25519 PEM, from `aotplan keygen`; or "
+                   "an older plan's HMAC key) (default: the file named by "
                    "AOTPLAN_TRUST_KEY); without a key a signature is shown, not checked.")
 @handle_errors
 def inspect(plan_path, as_json, plot_path, trust_key):
     """Show PLAN's tensors, launches and memory (reads and verifies it; runs nothing)."""
     from aotplan.core import codec, verify
 
-    key, why_not = (codec.read_key(trust_key), "") if trust_key else (None, "")
+    key, why_not, why_wrong = (codec.read_key(trust_key), "", "") if trust_key else (None, "", "")
     if not trust_key:
         try:
             key = codec.env_key()
@@ -96,6 +97,9 @@ def inspect(plan_path, as_json, plot_path, trust_key):
         c = combined(plan)
         s["memory"].update(constant_pool_bytes=c.constant_pool_bytes, inline_constant_bytes=c.inline_constant_bytes,
                            max_workspace_bytes=c.max_workspace_bytes, step_device_bytes=c.step_device_bytes)
+    from aotplan.core.codec import signatures
+
+    s["signature_algorithm"] = signatures.algorithm(header["signature"]) if header.get("signature") else None
     if header.get("signature") is None:
         s["signature"] = "none"
     elif key is None:
@@ -104,8 +108,9 @@ def inspect(plan_path, as_json, plot_path, trust_key):
         try:
             codec.split(data, key)
             s["signature"] = "verified"
-        except PlanError:
+        except PlanError as e:
             s["signature"] = "does not verify"
+            why_wrong = f" ({e})" if "does not verify" not in str(e) else ""
     if plot_path:
         from aotplan.cli import arena_plot
         from aotplan.core.fileio import refuse_overwriting
@@ -121,11 +126,12 @@ def inspect(plan_path, as_json, plot_path, trust_key):
     m, p = s["memory"], s["provenance"]
     click.echo(f"plan {plan_path}: model {p['model_name']!r} (digest {p['model_digest'][:12]}), "
                f"aotplan {p['aotplan_version']}, jax {p['jax_version']}, platforms {', '.join(p['platforms'])}")
+    alg = s["signature_algorithm"]
     click.echo("signature: " + {
-        "verified": "HMAC-SHA256, verified with the trust key", "none": "none (unsigned)",
-        "not checked": f"HMAC-SHA256, not checked (no --trust-key or AOTPLAN_TRUST_KEY{why_not})",
-        "does not verify": "HMAC-SHA256, DOES NOT VERIFY with the trust key (changed after signing, or signed with "
-                           "another key)"}[s["signature"]])
+        "verified": f"{alg}, verified with the trust key", "none": "none (unsigned)",
+        "not checked": f"{alg}, not checked (no --trust-key or AOTPLAN_TRUST_KEY{why_not})",
+        "does not verify": f"{alg}, DOES NOT VERIFY with the trust key (changed after signing, or signed with "
+                           f"another key){why_wrong}"}[s["signature"]])
     click.echo(f"launch mode {s['launch_mode']}, weights in {s['weights']}, planner {s['planner']}, "
                f"alignment {s['alignment']} B, passes {', '.join(s['passes']) or 'none'}")
     click.echo(f"device memory a step needs: {m['step_device_bytes']} B = arena {m['arena_bytes']} B + constant "

@@ -8,8 +8,9 @@
                     payload_size  int
                     payload_sha256  bin(32)
                     data_size     int (format 5 on): the data section's bytes
-                    signature     nil, or bin(32): HMAC-SHA256 over the version, the launch
-                                  mode and the payload digest (`sign_key` at compile time)
+                    signature     nil, or bin(64): Ed25519, or bin(32): HMAC-SHA256 (older
+                                  plans), over the version, the launch mode and the
+                                  payload digest (`sign_key` at compile time; signatures.py)
     then          payload, msgpack (the Plan, below)
     then          (format 5 on) zero bytes up to a multiple of DATA_ALIGN from the file's
                   start, then the data section: the constants' bytes, each at a

@@ -1,13 +1,13 @@
 """The plan file's frame: magic, format version, a msgpack header stating the payload's
-size and digest (and its HMAC signature), the payload, then (format 5 on) zero padding
+size and digest (and its signature: signatures.py), the payload, then (format 5 on) zero padding
 and the data section. Checked before any payload byte is decoded."""
 
 import hashlib
-import hmac
 import struct
 
 import msgpack
 
+from aotplan.core.codec import signatures
 from aotplan.core.codec.data import align
 from aotplan.core.codec.fields import check, exact_fields, get
 from aotplan.core.codec.payload import FORMAT_VERSION
@@ -32,9 +32,8 @@ def data_start(header_len, payload_size):
     return align(PREFIX.size + header_len + payload_size)
 
 
-def _signature(key, version, launch_mode, digest):
-    msg = b"aotplan-signature\0" + struct.pack("<I", version) + launch_mode.encode() + b"\0" + digest
-    return hmac.new(key, msg, hashlib.sha256).digest()
+def _signed_message(version, launch_mode, digest):
+    return b"aotplan-signature\0" + struct.pack("<I", version) + launch_mode.encode() + b"\0" + digest
 
 
 def frame(payload, launch_mode, sign_key=None, version=FORMAT_VERSION, data=b""):
@@ -46,7 +45,7 @@ def frame(payload, launch_mode, sign_key=None, version=FORMAT_VERSION, data=b"")
         "launch_mode": launch_mode,
         "payload_size": len(payload),
         "payload_sha256": digest,
-        "signature": _signature(sign_key, version, launch_mode, digest) if sign_key else None,
+        "signature": signatures.sign(sign_key, _signed_message(version, launch_mode, digest)) if sign_key else None,
     }
     if has_data_section(version):
         fields["data_size"] = len(data)
@@ -91,7 +90,7 @@ def split(data, trust_key=None, require_signature=False):
         if require_signature:
             raise PlanError("plan is not signed, and a signature is required (compile it with --sign-key)")
     elif trust_key is not None:
-        if not hmac.compare_digest(sig, _signature(trust_key, version, header["launch_mode"], digest)):
+        if not signatures.verify(trust_key, sig, _signed_message(version, header["launch_mode"], digest)):
             raise PlanError("plan signature does not verify with the trusted key: it was changed after signing, "
                             "or signed with another key")
         trusted = True

@@ -9,7 +9,8 @@ from aotplan.core.errors import PlanError
 
 
 def encode(plan, sign_key=None):
-    """Plan -> bytes; `sign_key` (bytes) signs it with HMAC-SHA256."""
+    """Plan -> bytes; `sign_key` (a key file's bytes: an Ed25519 private key in PEM, or a
+    deprecated HMAC secret) signs it (codec/signatures.py)."""
     rows, data = shared_data_section([plan.constants] + [m.constants for m in plan.methods])
     return frame(encode_payload(plan, rows if plan.methods else rows[0], chunk_digests(data)), plan.launch_mode,
                  sign_key, version_of(plan), data=data)
