@@ -79,7 +79,7 @@ def main():
             import onnx_light
             from compiler.frontends import onnx_import
 
-            path = os.path.join(tmp, name, "model.json")  # a folder each: its weights.npz beside it
+            path = os.path.join(tmp, name, "model.json")  # a folder each: its weights file beside it
             os.makedirs(os.path.dirname(path))
             model_json.save(onnx_import.convert(onnx_light.load_randomized(name), name=name), path)
             models.append((name, path))

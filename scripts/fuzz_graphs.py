@@ -11,7 +11,7 @@ fixed seeds; this runs as many as you like.
 
 Each seed is one graph; prints a line per failing seed (the seed reproduces it) and a
 summary; exits 1 if any failed. --save-bad writes each failing graph as DIR/fuzzSEED/
-model.json (+ weights.npz and the inputs as .npy), ready for `aotplan compile` and
+model.json (+ its weights file and the inputs as .npy), ready for `aotplan compile` and
 `aotplan check`.
 """
 

@@ -109,7 +109,7 @@ def main(argv=None):
     for name, fn in EXAMPLES.items():
         d = os.path.join(ROOT, name)
         os.makedirs(d, exist_ok=True)
-        model_json.save(fn(), os.path.join(d, "model.json"))
+        model_json.save(fn(), os.path.join(d, "model.json"), weights_file="weights.npz")  # (the committed files)
         print(f"wrote {os.path.relpath(d)}/model.json")
 
 

@@ -184,7 +184,7 @@ def write(name):
         for f in ("model.json", "weights.npz"):
             shutil.copy(os.path.join(ROOT, "plans", "examples", "cnn", f), os.path.join(d, f))
     else:
-        model_json.save(FAMILIES[name](), os.path.join(d, "model.json"))
+        model_json.save(FAMILIES[name](), os.path.join(d, "model.json"), weights_file="weights.npz")
     return os.path.join(d, "model.json")
 
 

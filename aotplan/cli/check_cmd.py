@@ -23,8 +23,9 @@ def _tolerance(param, value):
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=Path(dir_okay=False))
 @click.argument("model", type=Path(dir_okay=False))
-@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy",
-              help="Feed an input from a .npy file (repeatable, one per input).")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy|FILE.npz|FILE.safetensors",
+              help="Feed an input from a .npy file (NAME=FILE.npy), or every input by its name in an .npz or "
+                   ".safetensors file (as --output writes them). Repeatable.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
               help="Seed for the random values of inputs not given.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=INPUT_SHAPE_HELP)

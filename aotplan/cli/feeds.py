@@ -38,9 +38,12 @@ def input_paths(specs):
     """[(name, path)] for every way each NAME=PATH may split (before the plan, and so its
     input names, is known: an input's name may hold '='), for the checks that an output
     never lands on a file the command reads."""
+    archives = [spec for spec in specs if spec.lower().endswith(ARCHIVES) and "=" not in spec]
     for spec in specs:
-        split_spec(spec)  # (a malformed one: the error as ever)
-    return [(spec[:i], spec[i + 1:]) for spec in specs for i, c in enumerate(spec) if c == "=" and i]
+        if spec not in archives:
+            split_spec(spec)  # (a malformed one: the error as ever)
+    return [(spec[:i], spec[i + 1:]) for spec in specs for i, c in enumerate(spec) if c == "=" and i] + \
+        [("(all)", spec) for spec in archives]
 
 
 def load_npy(spec, flag="--input", names=()):
@@ -66,7 +69,8 @@ def load_npy(spec, flag="--input", names=()):
         files = list(a.files)
         a.close()
         raise FeedError(f"{flag} {name}: {path!r} is an .npz archive ({', '.join(files[:5]) or 'empty'}); "
-                        f"{flag} takes one .npy file per input")
+                        + (f"give it alone, {flag} {path}, to feed each input by its name in it" if flag == "--input"
+                           else f"{flag} takes one .npy file per input"))
     extra = _npy_extra_bytes(path, a)
     if extra:
         raise FeedError(f"{flag} {name}: {path!r} has {extra} bytes after its array's data (a second array "
@@ -166,20 +170,55 @@ def as_bfloat16(a, where):
     return a
 
 
+ARCHIVES = (".npz", ".safetensors")
+
+
+def is_archive(spec, names):
+    """`--input FILE.npz` / `FILE.safetensors`: every input by its name in the file (a
+    spec that starts with an input's name and '=' is that input's .npy, as ever)."""
+    return spec.lower().endswith(ARCHIVES) and not any(spec.startswith(n + "=") for n in names)
+
+
+def load_archive(path):
+    """An .npz (never unpickled) or .safetensors file -> {name: array}, or FeedError naming it."""
+    if not os.path.isfile(path):
+        raise FeedError(f"--input {path!r}: no such file")
+    try:
+        if path.lower().endswith(".npz"):
+            with np.load(path, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+        try:
+            from safetensors.numpy import load_file
+        except ImportError:
+            raise FeedError(f"--input {path!r}: reading .safetensors needs the safetensors package") from None
+        return load_file(path)
+    except FeedError:
+        raise
+    except Exception as e:  # (zip, numpy header or safetensors errors: a damaged file)
+        raise FeedError(f"--input {path!r}: not a readable {os.path.splitext(path)[1]} file: "
+                        f"{' '.join(str(e).split())[:200]}") from None
+
+
 def feeds_from_files(specs, session):
     want = {name: dtype for name, dtype, _ in session.input_specs}
     feeds = {}
+    loaded = []
     for spec in specs:
-        name, a = load_npy(spec, names=want)
+        if is_archive(spec, want):
+            loaded += [(f"--input {spec} [{k}]", k, a) for k, a in load_archive(spec).items()]
+        else:
+            loaded.append((None, *load_npy(spec, names=want)))
+    for where, name, a in loaded:
+        where = where or f"--input {name}"
         if name in {n for n, _, _ in session.state_specs}:
-            raise FeedError(f"--input {name}: input {name!r} is a state of the plan: it stays on the device across "
+            raise FeedError(f"{where}: input {name!r} is a state of the plan: it stays on the device across "
                             f"steps and is not fed")
         if name not in want:
-            raise FeedError(f"--input {name}: the plan has no input {name!r} "
+            raise FeedError(f"{where}: the plan has no input {name!r} "
                             + (f"(its inputs: {', '.join(want)})" if want else "(it has no inputs)"))
         if name in feeds:
-            raise FeedError(f"--input {name}: given twice")
-        feeds[name] = as_bfloat16(a, f"--input {name}") if want[name] == "bfloat16" else a
+            raise FeedError(f"{where}: given twice")
+        feeds[name] = as_bfloat16(a, where) if want[name] == "bfloat16" else a
     return feeds
 
 

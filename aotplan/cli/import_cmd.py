@@ -50,7 +50,7 @@ def import_onnx(model, output, input_shapes, frozen, states):
     from aotplan.core.fileio import refuse_overwriting
 
     stem = os.path.splitext(os.path.basename(output))[0]
-    weights = f"{stem}.weights.npz"
+    weights = f"{stem}.weights.safetensors"
     reads = {"ONNX model": model, **frozen_paths(frozen)}
     refuse_overwriting(output, reads, "-o")
     refuse_overwriting(os.path.join(os.path.dirname(os.path.abspath(output)), weights), reads,

@@ -95,8 +95,9 @@ def pick_method(session, name, plan_path):
 
 @main.command()
 @click.argument("plan_path", metavar="PLAN", type=Path(dir_okay=False))
-@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy",
-              help="Feed an input from a .npy file (repeatable, one per input).")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy|FILE.npz|FILE.safetensors",
+              help="Feed an input from a .npy file (NAME=FILE.npy), or every input by its name in an .npz or "
+                   ".safetensors file (as --output writes them). Repeatable.")
 @click.option("--random-inputs", is_flag=True, help="Feed seeded random values to every input not given.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for --random-inputs.")
 @click.option("--steps", default=10, show_default=True, type=click.IntRange(min=1), help="Steps to run and time.")

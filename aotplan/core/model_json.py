@@ -4,7 +4,7 @@
       "format": "aotplan.model", "version": 1, "name": "cnn",
       "inputs":  [{"name": "x", "dtype": "float32", "shape": [1, 3, 32, 32]}],
       "outputs": ["logits"],
-      "weights": {"file": "weights.npz",
+      "weights": {"file": "weights.safetensors",
                   "tensors": [{"name": "conv1.w", "dtype": "float32", "shape": [16, 3, 3, 3]}]},
       "constants": [{"name": "axes", "dtype": "int64", "shape": [1], "value": [1]}],
       "nodes": [{"name": "conv1", "op": "conv2d", "inputs": ["x", "conv1.w"],
@@ -18,11 +18,13 @@ value after: never returned, so it is not listed in `outputs`), of the same dtyp
 shape; `init` is "zeros" (the default) or the name of a weight or constant holding the
 value before the first step.
 
-Weights live in a sidecar `.npz` (path relative to model.json), read with
-`allow_pickle=False`. Every weight's dtype is declared in model.json: `.npz` cannot
-hold bfloat16, so a weight may be stored as raw bits of the same width (bfloat16 as
-uint16, bool as uint8) and is viewed as its declared dtype on load. Small constants
-may be inline (`value`, a nested list or scalar).
+Weights live in a sidecar file (path relative to model.json): `.safetensors` (what
+`save` and `aotplan import onnx` write: safetensors_weights.py), or `.npz` as earlier
+releases wrote them (read with `allow_pickle=False`; still read, for one release).
+Every weight's dtype is declared in model.json and checked against the file's header
+before its bytes are read; `.npz` cannot hold bfloat16, so there a weight may be stored
+as raw bits of the same width (bfloat16 as uint16, bool as uint8) and is viewed as its
+declared dtype. Small constants may be inline (`value`, a nested list or scalar).
 """
 
 import hashlib
@@ -36,7 +38,7 @@ import zlib
 
 import numpy as np
 
-from aotplan.core import dtypes, fileio
+from aotplan.core import dtypes, fileio, safetensors_weights
 from aotplan.core.errors import ModelError
 from aotplan.core.graph import Constant, Graph, Node, State, TensorInfo, freeze, has_control_char, thaw
 
@@ -57,6 +59,7 @@ def _req(obj, key, kind, where):
 
 
 MAX_DIM = 2**31 - 1
+WEIGHTS_FILE = "weights.safetensors"  # what `save` (and `aotplan import onnx`) writes
 TOP_KEYS = ("format", "version", "name", "inputs", "outputs", "nodes", "weights", "constants", "metadata", "states")
 STATE_KEYS = ("input", "output", "init")
 NODE_KEYS = ("name", "op", "inputs", "outputs", "attrs")
@@ -95,6 +98,16 @@ def _unicode(value, where):
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise ModelError(f"{where}: {value!r} is not valid Unicode (it holds a lone surrogate)") from None
+
+
+def _open_weights(path, where):
+    """The weights file: .safetensors (safetensors_weights.Reader) or, as earlier
+    releases wrote it, .npz (a ZipFile of .npy members)."""
+    if path.lower().endswith(".safetensors"):
+        if not os.path.isfile(path):
+            raise ModelError(f"{where}: weights file {path!r} not found")
+        return safetensors_weights.Reader(path, where)
+    return _open_npz(path, where)
 
 
 def _open_npz(path, where):
@@ -276,14 +289,17 @@ def parse(doc, base_dir, allow_outside_weights=False):
         _keys(weights, ("file", "tensors"), "weights")
         wfile = _req(weights, "file", str, "weights")
         tensors = _req(weights, "tensors", list, "weights")
-        with _open_npz(_weights_file(base_dir, wfile, allow_outside_weights), "weights.file") as archive:
+        path = _weights_file(base_dir, wfile, allow_outside_weights)
+        with _open_weights(path, "weights.file") as archive:
             for i, t in enumerate(tensors):
                 w = f"weights.tensors[{i}]"
                 n = _name(_req(t, "name", str, w), w + ".name")
                 _keys(t, TENSOR_KEYS, f"weight {n!r}")
                 dt = dtypes.check_dtype(t.get("dtype"), f"weight {n!r}")
                 shape = _shape(_req(t, "shape", list, w), f"weight {n!r}")
-                constants.append(Constant(n, dt, shape, _read_weight(archive, wfile, n, dt, shape, f"weight {n!r}")))
+                data = (archive.read(n, dt, shape, f"weight {n!r}") if isinstance(archive, safetensors_weights.Reader)
+                        else _read_weight(archive, wfile, n, dt, shape, f"weight {n!r}"))
+                constants.append(Constant(n, dt, shape, data))
     if not isinstance(doc.get("constants", []), list):
         raise ModelError(f"{where}.constants: expected a list")
     for i, t in enumerate(doc.get("constants", [])):
@@ -422,9 +438,10 @@ def graph_digest(graph):
     return h.hexdigest()
 
 
-def to_doc(graph, weights_file="weights.npz", inline_max=16):
-    """Graph -> (model.json document, {name: array to store in the npz}). A state's
-    initial value is written as a weight or constant of its own."""
+def to_doc(graph, weights_file=WEIGHTS_FILE, inline_max=16):
+    """Graph -> (model.json document, {name: array to store in the weights file}; bfloat16
+    as its bits, uint16, which .npz can hold). A state's initial value is written as a
+    weight or constant of its own."""
     stored, wt, inline = {}, [], []
     taken = {c.name for c in graph.constants} | {t.name for t in graph.inputs} | {
         o for n in graph.nodes for o in n.outputs}
@@ -472,17 +489,24 @@ def weights_path(path):
         return None
 
 
-def save(graph, path, weights_file="weights.npz"):
+def save(graph, path, weights_file=WEIGHTS_FILE):
     """Write model.json and its weights beside it (each atomically) -> whether a
-    weights file was written (small constants are inline in model.json)."""
+    weights file was written (small constants are inline in model.json). The weights
+    file is .safetensors, or .npz where `weights_file` says so."""
     from aotplan.core.fileio import atomic_write
 
     doc, stored = to_doc(graph, weights_file)
     base = os.path.dirname(os.path.abspath(path))
     if stored:
-        from aotplan.core.fileio import npz_bytes
+        if weights_file.lower().endswith(".npz"):
+            from aotplan.core.fileio import npz_bytes
 
-        atomic_write(os.path.join(base, weights_file), npz_bytes(stored))
+            data = npz_bytes(stored)
+        else:
+            declared = {t["name"]: t["dtype"] for t in doc["weights"]["tensors"]}
+            data = safetensors_weights.encode({k: (v.view(dtypes.np_dtype("bfloat16")) if declared[k] == "bfloat16"
+                                                   else v) for k, v in stored.items()})
+        atomic_write(os.path.join(base, weights_file), data)
     atomic_write(path, dumps(doc).encode())
     return bool(stored)
 

@@ -440,7 +440,8 @@ def test_input_file_that_is_no_npy(mlp_plan, tmp_path):
     np.savez(tmp_path / "x.npz", x=np.zeros((4, 64), np.float32))
     (tmp_path / "zeros").write_bytes(bytes(256))
     r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={tmp_path / 'x.npz'}"])
-    assert r.exit_code == 2 and "is an .npz archive (x); --input takes one .npy file per input" in r.output, r.output
+    assert r.exit_code == 2 and "is an .npz archive (x); give it alone, --input " in r.output, r.output
+    assert "to feed each input by its name in it" in r.output
     r = CliRunner().invoke(main, ["replay", mlp_plan, "--input", f"x={tmp_path / 'zeros'}"])
     assert r.exit_code == 2 and "is not a .npy file" in r.output and "unsafely" not in r.output, r.output
     with open(tmp_path / "two.npy", "wb") as f:  # numpy would read the first array alone

@@ -71,7 +71,7 @@ def test_import_writes_model_json_that_compiles(tmp_path):
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "small.json").read_text())
     assert doc["inputs"] == [{"name": "x", "dtype": "float32", "shape": [1, 3, 8, 8]}]
-    assert (tmp_path / "small.weights.npz").exists()
+    assert (tmp_path / "small.weights.safetensors").exists()
     r = CliRunner().invoke(main, ["compile", str(tmp_path / "small.json"), "-o", str(tmp_path / "s.plan")])
     assert r.exit_code == 0, r.output
 
@@ -255,7 +255,7 @@ def test_import_without_weights_does_not_name_a_weights_file(tmp_path):
     _tiny(tmp_path / "ok.onnx", [helper.make_node("Relu", ["x"], ["y"])])
     r = CliRunner().invoke(main, ["import", "onnx", str(tmp_path / "ok.onnx"), "-o", str(tmp_path / "ok.json")])
     assert r.exit_code == 0, r.output
-    assert not (tmp_path / "ok.weights.npz").exists()
+    assert not (tmp_path / "ok.weights.safetensors").exists()
     assert "weights in" not in r.output and "no weights file" in r.output, r.output
 
 
