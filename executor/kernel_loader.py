@@ -10,7 +10,7 @@ from aotplan.core import dtypes, formats, kernel_program, kernels, native, xla_o
 from aotplan.core.errors import PlanError
 from aotplan.core.kernels import check_signature, compile_kernel, load_kernel, lower_kernel
 
-log = logging.getLogger("aotplan")
+log = logging.getLogger("aotplan.executor")
 
 
 def kernel_roles(plan):

@@ -11,7 +11,7 @@ from aotplan.core import fileio
 from aotplan.core.errors import ArgumentTypeError, ForkError, PlanError
 from executor.arguments import short
 
-log = logging.getLogger("aotplan")
+log = logging.getLogger("aotplan.executor")
 
 # ------------------------------------------------------------ fork
 # JAX's runtime does not survive fork(): its threads are not copied, so a forked child

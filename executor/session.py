@@ -30,7 +30,7 @@ from executor import feeds as feed_checks
 from executor import kernel_loader, memory_limits, ort_api, process, states
 from executor.arguments import check_progress, resolve_device, short
 
-log = logging.getLogger("aotplan")
+log = logging.getLogger("aotplan.executor")
 
 
 def _host_is_device(device):

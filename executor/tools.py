@@ -22,13 +22,9 @@ from aotplan.core.fileio import umask
 # ------------------------------------------------------------------ allocation check
 
 def _rss_bytes():
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        import resource
+    import psutil  # (a dependency: it reads the resident set on every OS)
 
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return psutil.Process().memory_info().rss
 
 
 @dataclass(frozen=True)

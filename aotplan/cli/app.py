@@ -5,7 +5,7 @@
     aotplan inspect MODEL.plan                   tensors, launches, memory
     aotplan check MODEL.plan MODEL.json          find the first launch whose numbers are off
 
-Errors print one line on stderr and exit non-zero; `--debug` (or AOTPLAN_DEBUG=1)
+Errors print one line on stderr and exit non-zero; `--debug` (or -v, AOTPLAN_DEBUG=1)
 shows the traceback. The compiler is imported only inside `compile`: inference hosts
 run `replay` and `inspect` without it.
 """
@@ -58,7 +58,7 @@ def handle_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         ctx = click.get_current_context()
-        show = (ctx.obj or {}).get("debug") or dbg.level() > 0
+        show = (ctx.obj or {}).get("debug")
         try:
             out = fn(*args, **kwargs)
             _raise_if_interrupted()  # (a Ctrl-C swallowed on the way: the command did not finish as asked)
@@ -91,17 +91,21 @@ def handle_errors(fn):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
+@click.option("-v", "--verbose", count=True, envvar="AOTPLAN_DEBUG", show_envvar=True,
+              help="Log more (logger 'aotplan' on stderr): -v one line per compiler pass, and tracebacks on errors; "
+                   "-vv also per-tensor tables.")
+@click.option("-q", "--quiet", is_flag=True, help="Log errors only (no warnings or notes from the logger).")
 @click.version_option(version=__version__, prog_name="aotplan")
 @click.pass_context
-def main(ctx, debug):
+def main(ctx, debug, verbose, quiet):
     """aotplan: an ahead-of-time compiler and in-place runtime for inference graphs.
 
     Compile a model.json once into a self-contained plan; replay the plan on an
-    inference host with one preallocated device arena. AOTPLAN_DEBUG=1 (or 2) prints
-    per-pass summaries (and tables) while compiling.
+    inference host with one preallocated device arena.
     """
     ctx.ensure_object(dict)
-    ctx.obj["debug"] = debug
+    ctx.obj["debug"] = debug or verbose > 0
+    dbg.configure(verbose, quiet)
 
 
 def trust_options(fn):
@@ -115,8 +119,9 @@ def trust_options(fn):
                      help="Use the plan's embedded native executables even without a verified signature "
                           "(only for plans you built yourself: they are native code)."),
         click.option("--cache-dir", type=Path(file_okay=False), metavar="DIR",
+                     envvar="AOTPLAN_CACHE_DIR", show_envvar=True,
                      help="Persistent XLA compilation cache for kernels compiled from the plan's portable "
-                          "StableHLO (default: AOTPLAN_CACHE_DIR): the second load on this host is fast."),
+                          "StableHLO: the second load on this host is fast."),
     ]):
         fn = opt(fn)
     return fn

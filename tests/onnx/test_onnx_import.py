@@ -234,7 +234,8 @@ def test_input_with_an_initializer_becomes_a_constant_and_says_so(tmp_path, capl
     note = ("aotplan: input 'w' has an initializer: imported as a constant with the initializer's value "
             "(ONNX lets a runtime feed override it; a plan cannot)")
     # a warning of the `aotplan` logger, as the executor's notes (on stderr unless logging is configured)
-    assert [(rec.name, rec.levelname, rec.getMessage()) for rec in caplog.records] == [("aotplan", "WARNING", note)]
+    got = [(rec.name, rec.levelname, rec.getMessage()) for rec in caplog.records]
+    assert got == [("aotplan.import", "WARNING", note)]
     caplog.clear()
     doc = json.loads((tmp_path / "m.json").read_text())
     assert [t["name"] for t in doc["inputs"]] == ["x"]

@@ -163,4 +163,4 @@ def _note(msg):
     stderr unless the application configures logging), as the executor's notes are."""
     import logging
 
-    logging.getLogger("aotplan").warning("aotplan: %s", msg)
+    logging.getLogger("aotplan.import").warning("aotplan: %s", msg)
