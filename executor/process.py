@@ -64,7 +64,7 @@ def set_cpu_dispatch(mode, warn=True):
     """How JAX's CPU backend runs a step: "sync" runs it in the calling thread, "async"
     (JAX's default) hands it to a worker thread and returns at once. A host that reads
     its outputs back after each step (numpy out) gains nothing from "async" and pays a
-    thread hand-off per call (README, "CPU dispatch", with the figures of
+    thread hand-off per call (docs/deploy.md, "CPU dispatch", with the figures of
     `scripts/bench_dispatch.py`). It is JAX's process-wide setting
     (`jax_cpu_enable_async_dispatch`), read once when the CPU backend starts: call this
     before anything in the process uses JAX devices. -> True if the backend runs (or
@@ -74,7 +74,7 @@ def set_cpu_dispatch(mode, warn=True):
     Not "sync" where signal handlers run during steps (SIGALRM timeouts, a sampling
     profiler): with "sync" the step runs in the thread the signal interrupts, and a
     signal landing inside XLA's CPU kernels was seen to corrupt the heap (plain jax.jit
-    too; README, "CPU dispatch")."""
+    too; docs/deploy.md, "CPU dispatch")."""
     if mode not in CPU_DISPATCH:
         raise ValueError(f"cpu dispatch {mode!r}: choose from {', '.join(CPU_DISPATCH)}")
     from jax._src import xla_bridge

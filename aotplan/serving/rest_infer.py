@@ -13,12 +13,10 @@ KServe's: its data plane runs the model and encodes the answer, its exception ha
 answer errors (InvalidInput -> 400, ModelNotFound -> 404).
 """
 
-import orjson
-
-
 def add_infer_route(app, dataplane):
     """Registers POST /v2/models/{model_name}/infer on `app`, before KServe adds its own
     (FastAPI takes the first route that matches)."""
+    import orjson  # (KServe's dependency: this module is imported before KServe is known to be installed)
     from fastapi import Request, Response
     from kserve.errors import InvalidInput, ModelNotReady
 
@@ -46,6 +44,7 @@ def add_infer_route(app, dataplane):
 def decode(body, header_length, model_name, invalid):
     """-> kserve InferRequest of a v2 REST body: JSON, or a JSON header of
     `header_length` bytes followed by the inputs' binary data."""
+    import orjson
     from kserve.protocol.infer_type import InferInput, InferRequest, RequestedOutput
 
     try:

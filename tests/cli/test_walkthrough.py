@@ -172,10 +172,15 @@ def test_readme_command_options_exist_in_help():
             assert any(re.search(re.escape(opt) + r"\b", h) for h in helps.values()), (cmd, opt)
 
 
-def test_readme_names_every_clean_up_pass():
-    text = _readme()
+def _reference():
+    with open(os.path.join(ROOT, "docs", "reference.md")) as f:
+        return f.read()
+
+
+def test_reference_names_every_clean_up_pass():
+    text = _reference()
     m = re.search(r"--disable-pass\s+([a-z_|]+)", text)
-    assert m, "the README shows --disable-pass NAME|..."
+    assert m, "docs/reference.md shows --disable-pass NAME|..."
     assert tuple(m.group(1).split("|")) == compile_cmd.PASS_NAMES
 
 
@@ -194,13 +199,13 @@ def test_readme_python_minimum_is_what_jax_needs():
     assert tuple(map(int, said.groups())) >= tuple(map(int, need.groups())), (said.group(0), need.group(0))
 
 
-def test_readme_and_docs_list_every_op():
-    """The README's op list is the op library (transdata: the layout pass's own), and
+def test_reference_and_docs_list_every_op():
+    """docs/reference.md's op list is the op library (transdata: the layout pass's own), and
     docs/onnx.md names every ONNX operator the importer converts."""
     from compiler import ops
     from compiler.frontends import onnx_import
 
-    listed = re.search(r"^Ops: (.*?) \(`docs", _readme(), re.S | re.M).group(1)
+    listed = re.search(r"^Ops: (.*?) \(`formats.md", _reference(), re.S | re.M).group(1)
     names = {w for w in re.split(r"[,\s/]+", listed) if w}
     assert names == set(ops.model_ops()), (sorted(set(ops.model_ops()) - names), sorted(names - set(ops.OPS)))
     assert set(ops.OPS) - set(ops.model_ops()) == {"transdata"}
