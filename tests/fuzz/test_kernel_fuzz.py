@@ -5,7 +5,7 @@ none crashes after the kernel's module is read. StableHLO's own bytecode reader
 crashes or spins on about 1 in 1,000 byte-mutated modules (openxla/stablehlo#2967: it aborts
 instead of failing), before any check can see the program: those are counted, not
 failed (the executor's answer is the child process of `verify` and `replay
---isolate`). 400 cases here (about 40 s); longer campaigns (20,000 cases run
+--isolate`). 300 cases here (about 30 s); longer campaigns (20,000 cases run
 clean: docs/design.md, "Kernel programs"): scripts/fuzz_plans.py --kernels --cases 20000."""
 
 import collections
@@ -15,10 +15,12 @@ import pytest
 import kernel_mutators as km
 
 CHUNKS = 2
-PER_CHUNK = 200
+PER_CHUNK = 150
 
 
-@pytest.mark.parametrize("chunk", range(CHUNKS))
+# the default tier runs chunks 0-1 (cases 0-299); the slow tier the next 1,200 cases
+@pytest.mark.parametrize("chunk", [*range(CHUNKS), *(pytest.param(c, marks=pytest.mark.slow)
+                                                     for c in range(CHUNKS, CHUNKS + 8))])
 def test_mutated_kernel_programs_run_or_are_refused(chunk):
     outcomes, bad = collections.Counter(), []
     for i, mutator, outcome, detail in km.campaign(seed_value=1, count=PER_CHUNK, start=chunk * PER_CHUNK):
