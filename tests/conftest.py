@@ -54,6 +54,24 @@ def one_error_line(r, *needles):
         assert n in lines[0], r.output
 
 
+def plan_file(tmp_path_factory, plan, name):
+    """A session-compiled plan written to a file of its own -> its path (str)."""
+    from aotplan.core import codec
+
+    path = tmp_path_factory.mktemp(name) / f"{name}.plan"
+    path.write_bytes(codec.encode(plan))
+    return str(path)
+
+
+def aotplan_cli(*args, timeout=600, **kwargs):
+    """`aotplan ARGS...` in a child process -> its CompletedProcess (text)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "aotplan.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
 def mlp_model_edited(tmp_path, mutate):
     """The example MLP's model.json, edited by `mutate(doc)`, written with its weights
     into tmp_path -> the model.json's path."""

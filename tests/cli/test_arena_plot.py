@@ -8,21 +8,20 @@ import sys
 
 import pytest
 
-from aotplan.core import arena_lifetimes, codec
+from conftest import aotplan_cli, plan_file
+
+from aotplan.core import arena_lifetimes
 
 pytest.importorskip("matplotlib")
 
 
 @pytest.fixture(scope="module")
 def cnn_kernel(kernel_examples, tmp_path_factory):
-    path = tmp_path_factory.mktemp("plot") / "cnn.plan"
-    path.write_bytes(codec.encode(kernel_examples["cnn"][1]))
-    return str(path), kernel_examples["cnn"][1]
+    return plan_file(tmp_path_factory, kernel_examples["cnn"][1], "cnn"), kernel_examples["cnn"][1]
 
 
 def inspect(*args):
-    return subprocess.run([sys.executable, "-m", "aotplan.cli", "inspect", *args], capture_output=True, text=True,
-                          timeout=300)
+    return aotplan_cli("inspect", *args)
 
 
 def test_the_png_is_drawn_at_its_size_from_rectangles_that_never_overlap(cnn_kernel, tmp_path):

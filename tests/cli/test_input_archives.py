@@ -4,30 +4,25 @@ onnx` writes), read with their declarations checked (aotplan/core/safetensors_we
 
 import json
 import os
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from aotplan.core import codec, model_json
+from aotplan.core import model_json
 from aotplan.core.errors import ModelError
-from conftest import ROOT
+from conftest import ROOT, aotplan_cli, plan_file
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 
 @pytest.fixture(scope="module")
 def mlp(examples, tmp_path_factory):
-    path = tmp_path_factory.mktemp("arch") / "mlp.plan"
-    path.write_bytes(codec.encode(examples["mlp"][1]))
-    return str(path), examples["mlp"][2]
+    return plan_file(tmp_path_factory, examples["mlp"][1], "mlp"), examples["mlp"][2]
 
 
 def replay(*args):
-    return subprocess.run([sys.executable, "-m", "aotplan.cli", "replay", *args], capture_output=True, text=True,
-                          timeout=300)
+    return aotplan_cli("replay", *args)
 
 
 @pytest.mark.parametrize("ext", [".npz", ".safetensors"])

@@ -3,24 +3,20 @@ what --profile / --check-alloc found) and `replay --profile --trace FILE` (a Chr
 trace: one slice per launch, one track per step): both parsed here."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from aotplan.core import codec
+from conftest import aotplan_cli, plan_file
+
 
 
 @pytest.fixture(scope="module")
 def kernel_plan(kernel_examples, tmp_path_factory):
-    path = tmp_path_factory.mktemp("rj") / "mlp.plan"
-    path.write_bytes(codec.encode(kernel_examples["mlp"][1]))
-    return str(path), kernel_examples["mlp"][1]
+    return plan_file(tmp_path_factory, kernel_examples["mlp"][1], "mlp"), kernel_examples["mlp"][1]
 
 
 def replay(*args):
-    return subprocess.run([sys.executable, "-m", "aotplan.cli", "replay", *args], capture_output=True, text=True,
-                          timeout=600)
+    return aotplan_cli("replay", *args)
 
 
 def test_json_holds_the_run_and_nothing_else_is_printed(kernel_plan):
