@@ -46,7 +46,7 @@ def model_plans(name, folder):
     """-> (plan at the model's batch, plan of profiles b1 and b8, input name)."""
     if name == "cnn":
         ex = os.path.join(ROOT, "plans", "examples", "cnn")
-        shutil.copy(os.path.join(ex, "weights.npz"), folder)
+        shutil.copy(os.path.join(ex, "weights.safetensors"), folder)
         paths = {}
         for rows in (1, 8):
             model = json.load(open(os.path.join(ex, "model.json")))

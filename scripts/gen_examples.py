@@ -104,12 +104,12 @@ EXAMPLES = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
 
 
 def main(argv=None):
-    argparse.ArgumentParser(description="Write the example models (model.json + weights.npz) under plans/examples/ "
+    argparse.ArgumentParser(description="Write the example models (model.json + weights.safetensors) under plans/examples/ "
                                         "with fixed seeds: reruns give the same files.").parse_args(argv)
     for name, fn in EXAMPLES.items():
         d = os.path.join(ROOT, name)
         os.makedirs(d, exist_ok=True)
-        model_json.save(fn(), os.path.join(d, "model.json"), weights_file="weights.npz")  # (the committed files)
+        model_json.save(fn(), os.path.join(d, "model.json"))
         print(f"wrote {os.path.relpath(d)}/model.json")
 
 

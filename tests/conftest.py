@@ -54,6 +54,42 @@ def one_error_line(r, *needles):
         assert n in lines[0], r.output
 
 
+_NPZ = {}
+
+
+def example_npz(name):
+    """The path of example `name`'s weights as an .npz (the format earlier releases wrote,
+    still read): written once per run from the committed weights.safetensors, for the
+    tests that exercise .npz reading on purpose (their model.json names weights.npz:
+    `example_doc(name, npz=True)`)."""
+    if name not in _NPZ:
+        import atexit
+        import shutil
+        import tempfile
+
+        from safetensors.numpy import load_file
+
+        d = tempfile.mkdtemp(prefix=f"npz_{name}_")
+        atexit.register(shutil.rmtree, d, True)
+        doc = example_doc(name)
+        arrays = load_file(os.path.join(EXAMPLES, name, doc["weights"]["file"]))
+        np.savez(os.path.join(d, "weights.npz"), **{k: (v.view(np.uint16) if v.dtype.name == "bfloat16" else v)
+                                                    for k, v in arrays.items()})
+        _NPZ[name] = os.path.join(d, "weights.npz")
+    return _NPZ[name]
+
+
+def example_doc(name, npz=False):
+    """Example `name`'s model.json as a dict; `npz`: naming weights.npz (example_npz)."""
+    import json
+
+    with open(os.path.join(EXAMPLES, name, "model.json")) as f:
+        doc = json.load(f)
+    if npz:
+        doc["weights"]["file"] = "weights.npz"
+    return doc
+
+
 def plan_file(tmp_path_factory, plan, name):
     """A session-compiled plan written to a file of its own -> its path (str)."""
     from aotplan.core import codec
@@ -78,10 +114,8 @@ def mlp_model_edited(tmp_path, mutate):
     import json
     import shutil
 
-    src = os.path.join(EXAMPLES, "mlp")
-    with open(os.path.join(src, "model.json")) as f:
-        doc = json.load(f)
-    shutil.copy(os.path.join(src, "weights.npz"), tmp_path / "weights.npz")
+    doc = example_doc("mlp", npz=True)
+    shutil.copy(example_npz("mlp"), tmp_path / "weights.npz")
     mutate(doc)
     path = tmp_path / "model.json"
     path.write_text(json.dumps(doc))

@@ -13,15 +13,15 @@ from click.testing import CliRunner
 
 from aotplan.core import codec
 from aotplan.cli import main
-from conftest import EXAMPLES
+from conftest import EXAMPLES, example_doc, example_npz
 
 
 def write_model(tmp_path, mutate, example="mlp", raw=None):
-    src = os.path.join(EXAMPLES, example)
-    shutil.copy(os.path.join(src, "weights.npz"), tmp_path / "weights.npz")
+    shutil.copy(example_npz(example), tmp_path / "weights.npz")
+    # (a raw model.json is the example's own text: it names weights.safetensors)
+    shutil.copy(os.path.join(EXAMPLES, example, "weights.safetensors"), tmp_path / "weights.safetensors")
     if raw is None:
-        with open(os.path.join(src, "model.json")) as f:
-            doc = json.load(f)
+        doc = example_doc(example, npz=True)
         mutate(doc)
         raw = json.dumps(doc)
     (tmp_path / "model.json").write_text(raw)

@@ -211,10 +211,11 @@ def frozen(tmp_path_factory):
 def test_check_against_another_model_says_what_differs(mlp_plans, frozen, tmp_path):
     model = tmp_path / "mlp"
     shutil.copytree(os.path.dirname(MLP), model)
-    with np.load(model / "weights.npz") as z:
-        w = dict(z)
+    from safetensors.numpy import load_file, save_file
+
+    w = load_file(str(model / "weights.safetensors"))
     w["fc2.b"] = w["fc2.b"] + 1
-    np.savez(model / "weights.npz", **w)
+    save_file(w, str(model / "weights.safetensors"))
     r = _invoke("check", mlp_plans["sink"], model / "model.json")
     one_error_line(r, "compiled from a different model", "the inputs and outputs match, so its nodes, attributes or "
                "weights differ")

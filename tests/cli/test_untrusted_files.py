@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from aotplan.cli import main as cli
 from aotplan.core import codec, model_json
 from aotplan.core.errors import ModelError, PlanError
-from conftest import EXAMPLES, one_error_line
+from conftest import EXAMPLES, example_npz, one_error_line
 
 MLP = os.path.join(EXAMPLES, "mlp")
 
@@ -30,7 +30,7 @@ def _model_naming(tmp_path, weights_file):
 
 @pytest.mark.parametrize("where", ["parent", "absolute", "symlink"])
 def test_weights_outside_the_model_folder_are_refused(tmp_path, where):
-    shutil.copy(os.path.join(MLP, "weights.npz"), tmp_path / "w.npz")
+    shutil.copy(example_npz("mlp"), tmp_path / "w.npz")
     if where == "parent":
         model = _model_naming(tmp_path, "../w.npz")
     elif where == "absolute":
@@ -52,7 +52,7 @@ def test_weights_outside_the_model_folder_are_refused(tmp_path, where):
 def test_weights_in_a_folder_below_are_read(tmp_path):
     model = _model_naming(tmp_path, "sub/w.npz")
     (tmp_path / "model" / "sub").mkdir()
-    shutil.copy(os.path.join(MLP, "weights.npz"), tmp_path / "model" / "sub" / "w.npz")
+    shutil.copy(example_npz("mlp"), tmp_path / "model" / "sub" / "w.npz")
     assert model_json.load(str(model))[0].constants
 
 

@@ -17,7 +17,7 @@ def test_byte_identical_across_directories_and_processes(tmp_path, mode):
     for i in range(2):
         d = tmp_path / f"build{i}" / ("nested" * i)
         d.mkdir(parents=True)
-        for f in ("model.json", "weights.npz"):
+        for f in ("model.json", "weights.safetensors"):
             shutil.copy(os.path.join(EXAMPLES, "transformer", f), d / f)
         out = d / "t.plan"
         r = subprocess.run([sys.executable, "-m", "aotplan.cli", "compile", "model.json", "-o", str(out),

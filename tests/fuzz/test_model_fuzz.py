@@ -39,7 +39,7 @@ from aotplan.cli import main
 from aotplan.core.errors import LimitError, ModelError
 from compiler import ops, pipeline
 from compiler.passes import group, liveness, plan_memory
-from conftest import EXAMPLE_NAMES, EXAMPLES
+from conftest import EXAMPLE_NAMES, EXAMPLES, example_doc, example_npz
 
 SETTINGS = dict(derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
@@ -51,10 +51,12 @@ def _read(name, file):
         return f.read()
 
 
-DOCS = {name: json.loads(_read(name, "model.json")) for name in EXAMPLE_NAMES}
+# (the examples as model.json + weights.npz: this fuzzer damages .npz archives, the format
+# earlier releases wrote and the reader still takes)
+DOCS = {name: example_doc(name, npz=True) for name in EXAMPLE_NAMES}
 WEIGHTS = {}
 for _name in EXAMPLE_NAMES:
-    with np.load(os.path.join(EXAMPLES, _name, "weights.npz"), allow_pickle=False) as _z:
+    with np.load(example_npz(_name), allow_pickle=False) as _z:
         WEIGHTS[_name] = {k: _z[k] for k in _z.files}
 
 # what a message must never look like: a Python traceback or an object's default repr
@@ -596,7 +598,7 @@ def workdirs(tmp_path_factory):
     out = {}
     for name in EXAMPLE_NAMES:
         d = tmp_path_factory.mktemp(f"fuzz_{name}")
-        shutil.copy(os.path.join(EXAMPLES, name, "weights.npz"), d / "weights.npz")
+        shutil.copy(example_npz(name), d / "weights.npz")
         out[name] = d
     return out
 
@@ -623,7 +625,7 @@ def test_empty_inline_constant_round_trips(tmp_path):
     doc = copy.deepcopy(DOCS["mlp"])
     doc["constants"].append({"name": "empty", "dtype": "float32", "shape": [2, 0, 3], "value": [[], []]})
     doc["outputs"].append("empty")
-    shutil.copy(os.path.join(EXAMPLES, "mlp", "weights.npz"), tmp_path / "weights.npz")
+    shutil.copy(example_npz("mlp"), tmp_path / "weights.npz")
     (tmp_path / "model.json").write_bytes(dumps(doc))
     graph, _ = model_json.load(str(tmp_path / "model.json"))
     assert graph.constant_map()["empty"].data.shape == (2, 0, 3)
@@ -863,7 +865,7 @@ def test_cli_on_mutants(tmp_path, case):
     if damage_weights:
         damage_weights(str(tmp_path), marker)
     else:
-        shutil.copy(os.path.join(EXAMPLES, example, "weights.npz"), tmp_path / "weights.npz")
+        shutil.copy(example_npz(example), tmp_path / "weights.npz")
     msg = check(str(tmp_path / "model.json"), None)
     out = tmp_path / "out.plan"
     r = CliRunner().invoke(main, ["compile", str(tmp_path / "model.json"), "-o", str(out)])
@@ -882,7 +884,7 @@ def test_cli_subprocess_prints_one_line(tmp_path):
     doc = copy.deepcopy(DOCS["mlp"])
     _node(doc, "probs")["attrs"]["axis"] = 2**63 - 1
     (tmp_path / "model.json").write_bytes(dumps(doc))
-    shutil.copy(os.path.join(EXAMPLES, "mlp", "weights.npz"), tmp_path / "weights.npz")
+    shutil.copy(example_npz("mlp"), tmp_path / "weights.npz")
     r = subprocess.run([sys.executable, "-c", "from aotplan.cli import run; run()", "compile",
                         str(tmp_path / "model.json"), "-o", str(tmp_path / "out.plan")],
                        capture_output=True, text=True, timeout=300)

@@ -40,7 +40,7 @@ def cnn_at_batch(folder, rows):
     ex = os.path.join(ROOT, "plans", "examples", "cnn")
     model = json.load(open(os.path.join(ex, "model.json")))
     model["inputs"][0]["shape"][0] = rows
-    shutil.copy(os.path.join(ex, "weights.npz"), folder / "weights.npz")
+    shutil.copy(os.path.join(ex, "weights.safetensors"), folder / "weights.safetensors")
     path = folder / f"cnn_b{rows}.json"
     path.write_text(json.dumps(model))
     return str(path)
