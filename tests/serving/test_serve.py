@@ -14,7 +14,8 @@ import pytest
 # (the server runs in its own process: KServe's and tritonclient's gRPC modules register
 # the same protobuf names and cannot both be imported in one process)
 if importlib.util.find_spec("kserve") is None:
-    pytest.skip("serving needs KServe: pip install -e '.[serve,test]' (.ci/run installs it)", allow_module_level=True)
+    pytest.skip("serving needs KServe and Triton's client: pip install -e '.[test,serve,serve-test]' (.ci/run's "
+                "Python 3.12 leg runs these)", allow_module_level=True)
 httpclient = pytest.importorskip("tritonclient.http", reason="the serving tests talk with tritonclient")
 grpcclient = pytest.importorskip("tritonclient.grpc", reason="the serving tests talk with tritonclient")
 from tritonclient.utils import InferenceServerException  # noqa: E402
@@ -404,11 +405,12 @@ def test_refusals_before_serving_are_one_line_each(plans, tmp_path):
     from state_model import accumulator
 
     stateful = compile_plan(str(tmp_path / "acc.plan"), accumulator(tmp_path))
-    key, other = tmp_path / "key", tmp_path / "other"
-    key.write_bytes(b"k" * 32)
-    other.write_bytes(b"o" * 32)
+    for name in ("key", "other"):  # (Ed25519 pairs: key.pem signs, other.pub.pem is someone else's)
+        subprocess.run([sys.executable, "-m", "aotplan.cli", "keygen", str(tmp_path / name)], check=True,
+                       capture_output=True, timeout=120)
+    other = tmp_path / "other.pub.pem"
     signed = compile_plan(str(tmp_path / "signed.plan"), os.path.join(ROOT, "plans", "examples", "mlp", "model.json"),
-                          "--sign-key", str(key))
+                          "--sign-key", str(tmp_path / "key.pem"))
     for args, says in [
         ([plans["mlp"], "--require-signature"], "not signed"),
         ([signed, "--trust-key", str(other)], "signature"),
