@@ -38,7 +38,7 @@ def input_paths(specs):
     """[(name, path)] for every way each NAME=PATH may split (before the plan, and so its
     input names, is known: an input's name may hold '='), for the checks that an output
     never lands on a file the command reads."""
-    archives = [spec for spec in specs if spec.lower().endswith(ARCHIVES) and "=" not in spec]
+    archives = [spec for spec in specs if spec.lower().endswith(ARCHIVES)]  # (read whole where no input is named so)
     for spec in specs:
         if spec not in archives:
             split_spec(spec)  # (a malformed one: the error as ever)

@@ -25,12 +25,16 @@ def keygen(name):
         if os.path.lexists(p):
             raise AotplanError(f"{p!r} exists: keygen never replaces a key (remove it, or choose another NAME)")
     private, public = signatures.keypair()
+    made = False
     try:
         fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        made = True
         with os.fdopen(fd, "wb") as f:
             f.write(private)
         fileio.atomic_write(public_path, public)
     except OSError as e:
+        if made:  # (no private key left without its public one: a rerun would refuse to replace it)
+            os.remove(private_path)
         raise AotplanError(f"cannot write the key pair: {fileio.why(e)}") from None
     click.echo(f"private key {private_path} (mode 0600: sign with `aotplan compile ... --sign-key {private_path}`)")
     click.echo(f"public key  {public_path} (check with `--trust-key {public_path}` or AOTPLAN_TRUST_KEY)")

@@ -121,7 +121,8 @@ def _ray_models(path, name, max_batch, wait_s, replicas, trust):
     key = codec.read_key(trust_key) if trust_key else codec.env_key()
     plan, _ = codec.decode_checked(data, key, require_signature)
     verify.verify(plan)
-    return [PlanModel(s.name, s.steps, ray_replicas.deploy(s, data, path, (key, require_signature, trust_executables),
+    shared = ray_replicas.share(data)
+    return [PlanModel(s.name, s.steps, ray_replicas.deploy(s, shared, path, (key, require_signature, trust_executables),
                                                          replicas, max_memory))
             for s in served_models(PlanSignature(plan), path, name, max_batch, wait_s)]
 

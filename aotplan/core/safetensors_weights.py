@@ -25,7 +25,8 @@ class Reader:
         except ImportError:
             raise ModelError(f"{where}: {path!r} is a .safetensors file: pip install safetensors") from None
         try:
-            self._file = safe_open(path, framework="np")
+            self._open = safe_open(path, framework="np")
+            self._file = self._open.__enter__()  # (closed, its mapping released, in __exit__)
             self._names = set(self._file.keys())
         except Exception as e:  # (the library's SafetensorError, OSError, ...: a damaged file)
             raise ModelError(f"{where}: weights file {path!r} is not a readable .safetensors file: "
@@ -37,6 +38,7 @@ class Reader:
 
     def __exit__(self, *exc):
         self._file = None
+        self._open.__exit__(*exc)
 
     def read(self, name, dtype, shape, where):
         if name not in self._names:

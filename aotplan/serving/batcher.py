@@ -25,7 +25,7 @@ class Batcher:
     async def submit(self, feeds, rows):
         if self._worker is None or self._worker.done():
             # (created in the server's event loop, on its first request)
-            self._queue = self._queue or asyncio.Queue()
+            self._queue = asyncio.Queue()  # (of this event loop: a queue belongs to the loop it was made in)
             self._worker = asyncio.get_running_loop().create_task(self._steps())
         done = asyncio.get_running_loop().create_future()
         await self._queue.put((feeds, rows, done))

@@ -48,7 +48,8 @@ def served_models(session, plan_path, name=None, max_batch=None, batch_wait_s=0.
         raise AotplanError(f"--max-batch: {plan_path}'s inputs and outputs do not share a first (batch) axis"
                            + (" across its methods" if len(session.methods) > 1 else ""))
     if len(session.methods) == 1:
-        return [Served(name, prof.ModelSteps([prof.Profile(1, plan.method, session)], variable_rows=False), None)]
+        only = next(iter(session.methods.values()))  # (the session, or a PlanSignature's tensors)
+        return [Served(name, prof.ModelSteps([prof.Profile(1, plan.method, only)], variable_rows=False), None)]
     return [Served(f"{name}.{method}", prof.ModelSteps([prof.Profile(1, method, ms)], variable_rows=False), None)
             for method, ms in session.methods.items()]
 

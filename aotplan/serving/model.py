@@ -78,6 +78,8 @@ class PlanModel(Model):
         if missing:
             raise tensors.RequestError(f"input {missing[0]!r} is missing (the model takes "
                                        f"{', '.join(repr(n) for n in self._specs)})")
+        if not self.steps.variable_rows:  # (the plan's own shapes: already checked input by input)
+            return feeds, 1
         if len(rows) > 1:
             raise tensors.RequestError(f"inputs have different numbers of rows ({', '.join(map(str, sorted(rows)))})")
         return feeds, rows.pop() if rows else 1

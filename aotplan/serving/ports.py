@@ -8,6 +8,8 @@ from aotplan.core.errors import AotplanError
 
 
 def check_free(host, ports):
+    if len(set(ports)) < len(ports):
+        raise AotplanError(f"--http-port and --grpc-port are both {ports[0]}: give them different ports")
     try:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except socket.gaierror as e:

@@ -42,13 +42,22 @@ def stop_ray():
     ray.shutdown()
 
 
-def deploy(served, plan_bytes, plan_path, trust, replicas, max_memory):
-    """-> a RaySteps for Served `served` (catalog.Served), its deployment running."""
+def share(plan_bytes):
+    """The plan's bytes in Ray's object store, once per plan (every model and replica of
+    it reads them from there; a deployment's arguments are pickled into its config)."""
+    import ray
+
+    return [ray.put(plan_bytes)]  # (in a list: Ray resolves only top-level references itself)
+
+
+def deploy(served, shared_plan, plan_path, trust, replicas, max_memory):
+    """-> a RaySteps for Served `served` (catalog.Served), its deployment running;
+    `shared_plan`: share(plan bytes)."""
     from ray import serve
 
     cls = _replica_class(served.batching)
     app = cls.options(name=served.name, num_replicas=replicas, max_ongoing_requests=64).bind(
-        plan_bytes, plan_path, tuple(p.method for p in served.steps.profiles), trust, max_memory, served.batching)
+        shared_plan, plan_path, tuple(p.method for p in served.steps.profiles), trust, max_memory, served.batching)
     handle = serve.run(app, name=served.name, route_prefix=None)
     return RaySteps(served.name, handle, served.batching[0] if served.batching else served.steps.max_rows)
 
@@ -70,12 +79,14 @@ def _replica_class(batching):
     from ray import serve
 
     class PlanReplica:
-        def __init__(self, plan_bytes, plan_path, methods, trust, max_memory, batching):
+        def __init__(self, shared_plan, plan_path, methods, trust, max_memory, batching):
+            import ray
+
             import executor
             from aotplan.serving.catalog import served_models
 
             key, require_signature, trust_executables = trust
-            self.session = executor.load(plan_bytes, trust_key=key, require_signature=require_signature,
+            self.session = executor.load(ray.get(shared_plan[0]), trust_key=key, require_signature=require_signature,
                                          trust_executables=trust_executables, max_memory=max_memory)
             max_batch = batching[0] if batching else None
             (self.steps,) = [m.steps for m in served_models(self.session, plan_path, None, max_batch)

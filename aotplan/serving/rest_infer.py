@@ -21,11 +21,11 @@ def add_infer_route(app, dataplane):
     from kserve.errors import InvalidInput, ModelNotReady
 
     async def infer(model_name: str, request: Request):
+        if not await dataplane.model_ready(model_name, True):  # (an unknown model: 404 whatever the body)
+            raise ModelNotReady(model_name)
         body = await request.body()
         headers = dict(request.headers)
         infer_request = decode(body, headers.get("inference-header-content-length"), model_name, InvalidInput)
-        if not await dataplane.model_ready(model_name, True):
-            raise ModelNotReady(model_name)
         response, response_headers = await dataplane.infer(model_name=model_name, request=infer_request,
                                                            headers=headers)
         response, more = dataplane.encode(model_name=model_name, response=response, headers=headers,
@@ -78,6 +78,9 @@ def decode(body, header_length, model_name, invalid):
     outputs = head.get("outputs")
     asked = [RequestedOutput(name=o["name"], parameters=o.get("parameters")) for o in outputs
              if isinstance(o, dict) and isinstance(o.get("name"), str)] if isinstance(outputs, list) else None
-    return InferRequest(model_name=model_name, infer_inputs=inputs, request_id=head.get("id"),
+    rid = head.get("id")
+    if rid is not None and not isinstance(rid, str):
+        raise invalid(f"the request's id must be a string, got {type(rid).__name__}")
+    return InferRequest(model_name=model_name, infer_inputs=inputs, request_id=rid,
                         parameters=head.get("parameters") if isinstance(head.get("parameters"), dict) else None,
                         request_outputs=asked or None)

@@ -131,7 +131,11 @@ class Server:
         grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
             InferenceServicer(self.dataplane, self.extension), server)
         address = f"[{self.host}]:{self.grpc_port}" if ":" in self.host else f"{self.host}:{self.grpc_port}"
-        if not server.add_insecure_port(address):
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError as e:  # (recent grpcio raises where older ones returned 0)
+            raise AotplanError(f"gRPC: cannot listen on {address}: {e}") from None
+        if not bound:
             raise AotplanError(f"gRPC: cannot listen on {address}")
         await server.start()
         self.grpc = server

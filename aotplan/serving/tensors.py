@@ -55,15 +55,16 @@ def decode(spec, datatype, shape, raw, data, max_rows):
         if len(raw) != want * dtype.itemsize:
             raise RequestError(f"input {spec.name!r}: {len(raw)} bytes of data, shape {list(shape)} of {datatype} "
                                f"is {want * dtype.itemsize}")
+        if datatype == "BOOL" and raw and max(raw) > 1:
+            raise RequestError(f"input {spec.name!r}: BOOL data holds a byte other than 0 or 1")
         return np.frombuffer(raw, dtype=dtype).reshape(shape)
     return _from_json(spec, data, shape, dtype, want)
 
 
 def _check_shape(spec, shape, max_rows):
-    try:
-        shape = tuple(int(d) for d in shape)
-    except (TypeError, ValueError):
-        raise RequestError(f"input {spec.name!r}: shape must be a list of integers, got {shape!r}") from None
+    if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise RequestError(f"input {spec.name!r}: shape must be a list of integers, got {shape!r}")
+    shape = tuple(int(d) for d in shape)
     want = spec.shape
     if len(shape) != len(want) or any(w != -1 and d != w for d, w in zip(shape, want)):
         raise RequestError(f"input {spec.name!r}: shape {list(shape)}, the model takes {_shape_text(want, max_rows)}")

@@ -77,6 +77,21 @@ def test_each_wrong_key_is_one_clear_error(keys, mlp_plan, tmp_path, case, says)
     assert says in str(e.value)
 
 
+def test_public_keys_in_other_forms_are_never_taken_for_hmac_secrets(keys, mlp_plan):
+    public = open(keys["public"], "rb").read()
+    signed = codec.encode(mlp_plan, sign_key=codec.read_key(keys["private"]))
+    assert codec.split(signed, b"\xef\xbb\xbf" + public)[3] is True  # (a byte-order mark before the PEM)
+    from cryptography.hazmat.primitives import serialization
+
+    k = serialization.load_pem_public_key(public)
+    for form in (k.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH),
+                 k.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)):
+        with pytest.raises(PlanError, match="a public key in OpenSSH or DER form"):
+            codec.split(signed, form)
+        with pytest.raises(PlanError, match="a public key in OpenSSH or DER form"):
+            codec.encode(mlp_plan, sign_key=form)
+
+
 def test_the_commands_sign_and_check(keys, tmp_path):
     from conftest import ROOT
 

@@ -47,6 +47,19 @@ def cnn_at_batch(folder, rows):
     return str(path)
 
 
+def two_inputs(folder):
+    """A model.json of two inputs whose first axes differ (a [2, 3] and b [3]): served at
+    its own shapes, no batch axis."""
+    import json
+
+    doc = {"format": "aotplan.model", "version": 1, "name": "two",
+           "inputs": [{"name": "a", "dtype": "float32", "shape": [2, 3]}, {"name": "b", "dtype": "float32", "shape": [3]}],
+           "outputs": ["y"], "nodes": [{"name": "add", "op": "add", "inputs": ["a", "b"], "outputs": ["y"]}]}
+    path = folder / "two.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory):
     import onnx
@@ -63,13 +76,14 @@ def plans(tmp_path_factory):
         "cnn_rows": compile_plan(str(d / "cnn_rows.plan"), "--method", f"b1={cnn_at_batch(d, 1)}",
                                  "--method", f"b8={cnn_at_batch(d, 8)}"),
         "squeezenet": compile_plan(str(d / "squeezenet.plan"), squeeze),
+        "two": compile_plan(str(d / "two.plan"), two_inputs(d)),
     }
 
 
 @pytest.fixture(scope="module")
 def server(plans):
-    s = ServeProcess([plans["cnn"], plans["mlp"], plans["cnn_rows"], plans["squeezenet"]],
-                     "--name", "cnn", "--name", "mlp", "--name", "cnn_rows", "--name", "squeezenet",
+    s = ServeProcess([plans["cnn"], plans["mlp"], plans["cnn_rows"], plans["squeezenet"], plans["two"]],
+                     "--name", "cnn", "--name", "mlp", "--name", "cnn_rows", "--name", "squeezenet", "--name", "two",
                      "--max-request-bytes", "4M")
     yield s
     assert s.stop() == 0
@@ -157,6 +171,13 @@ def test_a_profile_plan_takes_any_rows_up_to_its_largest(server, sessions):
     padded = {"image": np.concatenate([five["image"], np.zeros((3, 3, 32, 32), np.float32)])}
     np.testing.assert_array_equal(infer(grpcclient, server.grpc, "cnn_rows", five).as_numpy("fc"),
                                   b8.run(padded)["fc"][:5])
+
+
+@pytest.mark.parametrize("client_mod, attr", [(httpclient, "http"), (grpcclient, "grpc")])
+def test_inputs_of_different_first_axes_at_the_plans_own_shapes(server, sessions, client_mod, attr):
+    feeds = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([10, 20, 30], np.float32)}
+    got = infer(client_mod, getattr(server, attr), "two", feeds).as_numpy("y")
+    np.testing.assert_array_equal(got, sessions["two"].run(feeds)["y"])
 
 
 def test_only_the_outputs_asked_for_are_returned(server, sessions):
@@ -423,6 +444,15 @@ def test_refusals_before_serving_are_one_line_each(plans, tmp_path):
         rc, err = serve_error(*args)
         assert rc == 2 and says in err and "Traceback" not in err, (args, rc, err)
         assert len(err.strip().splitlines()) == 1, err
+
+
+def test_one_port_for_both_servers_is_refused(plans):
+    from serve_process import free_port
+
+    port = str(free_port())
+    r = subprocess.run([sys.executable, "-m", "aotplan.cli", "serve", plans["mlp"], "--http-port", port, "--grpc-port",
+                        port], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and f"--http-port and --grpc-port are both {port}" in r.stderr, r.stderr
 
 
 def test_a_port_in_use_is_named(plans):

@@ -71,3 +71,16 @@ def test_outputs_are_described_by_protocol_datatype():
     assert describe(np.zeros((2, 5), np.float32)) == ("FP32", [2, 5])
     assert describe(np.zeros((1,), np.int64)) == ("INT64", [1])
     assert describe(np.zeros((), ml_dtypes.bfloat16)) == ("BF16", [])
+
+
+def test_binary_bools_are_bytes_0_or_1():
+    flags = TensorSpec("m", "bool", (4,))
+    assert decode(flags, "BOOL", [4], bytes([0, 1, 1, 0]), None, 4).tolist() == [False, True, True, False]
+    with pytest.raises(RequestError, match="input 'm': BOOL data holds a byte other than 0 or 1"):
+        decode(flags, "BOOL", [4], bytes([0, 2, 1, 0]), None, 4)
+
+
+@pytest.mark.parametrize("shape", [[2.5, 3], [True, 3], ["2", 3], "2,3"])
+def test_a_shape_of_anything_but_integers_is_refused(shape):
+    with pytest.raises(RequestError, match="input 'x': shape must be a list of integers"):
+        decode(X, "FP32", shape, None, [0] * 6, 2)

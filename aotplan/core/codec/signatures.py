@@ -20,16 +20,26 @@ _PRIVATE, _PUBLIC = b"-----BEGIN PRIVATE KEY-----", b"-----BEGIN PUBLIC KEY-----
 INSTALL = "pip install 'aotplan[sign]'"
 
 
+# the DER prefix of an Ed25519 SubjectPublicKeyInfo (a public key in binary form)
+_SPKI_ED25519 = bytes.fromhex("302a300506032b6570032100")
+
+
 def kind(key):
-    """-> "private" | "public" (Ed25519 PEM) | "hmac"."""
-    head = bytes(key[:64]).lstrip()
+    """-> "private" | "public" (Ed25519 PEM) | "hmac". A key that is any other public
+    key form (PEM of another kind, OpenSSH, DER) is refused, never taken for an HMAC
+    secret: whoever holds a public key could then sign."""
+    key = bytes(key)
+    head = key.removeprefix(b"\xef\xbb\xbf").lstrip()  # (a UTF-8 byte-order mark, as some editors save)
     if head.startswith(_PRIVATE):
         return "private"
     if head.startswith(_PUBLIC):
         return "public"
-    if head.startswith(b"-----BEGIN"):
-        raise PlanError(f"key: a PEM file that is not an Ed25519 key ({head.splitlines()[0].decode(errors='replace')});"
-                        f" make one with `aotplan keygen`")
+    if b"-----BEGIN" in key:
+        first = head[head.find(b"-----BEGIN"):].splitlines()[0].decode(errors="replace")
+        raise PlanError(f"key: a PEM file that is not an Ed25519 key in PKCS8/SubjectPublicKeyInfo form ({first}); "
+                        f"make one with `aotplan keygen`")
+    if head.startswith((b"ssh-", b"ecdsa-sha2-")) or key.startswith(_SPKI_ED25519):
+        raise PlanError("key: a public key in OpenSSH or DER form; give the PEM files `aotplan keygen` writes")
     return "hmac"
 
 
@@ -90,7 +100,7 @@ def _crypto():
 def _private(key):
     serialization, ed25519 = _crypto()
     try:
-        k = serialization.load_pem_private_key(bytes(key), password=None)
+        k = serialization.load_pem_private_key(bytes(key).removeprefix(b"\xef\xbb\xbf"), password=None)
     except (ValueError, TypeError) as e:
         raise PlanError(f"signing key: not a readable PEM private key ({e})") from None
     if not isinstance(k, ed25519.Ed25519PrivateKey):
@@ -101,7 +111,7 @@ def _private(key):
 def _public(key):
     serialization, ed25519 = _crypto()
     try:
-        k = serialization.load_pem_public_key(bytes(key))
+        k = serialization.load_pem_public_key(bytes(key).removeprefix(b"\xef\xbb\xbf"))
     except (ValueError, TypeError) as e:
         raise PlanError(f"trust key: not a readable PEM public key ({e})") from None
     if not isinstance(k, ed25519.Ed25519PublicKey):
