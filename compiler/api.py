@@ -19,15 +19,16 @@ from compiler.frontends.states import declare as declare_states
 _KNOWN = {f.name for f in dataclasses.fields(pipeline.Options)} - {"launch", "targets"}
 
 
-def compile(model, *, input_shapes=None, freeze=None, states=None, launch="sink", target="host", name=None,
-            progress=None, **options):
+def compile(model, *, input_shapes=None, freeze=None, states=None, state_inits=None, launch="sink", target="host",
+            name=None, progress=None, **options):
     """Compile a model into a plan (aotplan.core.plan.Plan; `plan.save(path)` writes it).
 
     model: a model.json path, an .onnx path, or an onnx.ModelProto.
     input_shapes: {input name: dims} for an ONNX model's symbolic dimensions.
     freeze: {input name: array}: inputs made constants (an input that decides shapes).
     states: {output name: input name}: tensors kept on the device across steps (a KV
-        cache), as `--state OUT=IN`.
+        cache), as `--state OUT=IN`; state_inits: {input name: array}, their values before
+        the first step (default zeros), as `--state-init`.
     launch: "sink" (one program a step), "fused" or "kernel".
     target: "host", "cpu", "cuda" or "both": the platforms the kernels are exported for.
     name: the model's name (an ONNX model's default: its file name or graph name).
@@ -40,7 +41,7 @@ def compile(model, *, input_shapes=None, freeze=None, states=None, launch="sink"
     targets = {"host": (), "both": ("cpu", "cuda")}.get(target, (target,))
     opts = pipeline.Options(launch=launch, targets=targets, **options)
     graph, digest = _graph(model, input_shapes, freeze, name)
-    graph, digest = declare_states(graph, digest, list((states or {}).items()), flag="states")
+    graph, digest = declare_states(graph, digest, list((states or {}).items()), flag="states", inits=state_inits)
     return methods.compile_methods([("", graph)], digest, opts, progress=progress).plan
 
 

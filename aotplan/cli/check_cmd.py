@@ -42,10 +42,12 @@ def _tolerance(param, value):
 @click.option("--state", "states", multiple=True, metavar="OUT=IN",
               help="The --state pairs PLAN was compiled with (repeatable). The step checked starts from the "
                    "states' initial values.")
+@click.option("--state-init", "state_inits", multiple=True, metavar="IN=FILE.npy",
+              help="The --state-init values PLAN was compiled with (repeatable).")
 @trust_options
 @handle_errors
-def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allow_outside_weights, states, trust_key,
-          require_signature, trust_executables, cache_dir):
+def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allow_outside_weights, states, state_inits,
+          trust_key, require_signature, trust_executables, cache_dir):
     """Replay PLAN launch by launch beside a direct evaluation of MODEL; name the first
     launch whose output differs beyond tolerance. Exits 1 if any does.
 
@@ -69,7 +71,7 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
     if plan.methods or plan.method:
         raise AotplanError(f"{plan_path} is a plan of methods ({', '.join(n for n, _ in plan.all_methods())}): check "
                            f"compares a plan of one model with it; compile each method's model alone and check that")
-    graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights, states)
+    graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights, states, state_inits)
     if digest != plan.provenance.model_digest:
         raise AotplanError(_not_compiled_from(plan, plan_path, graph, model, digest, frozen))
     opts = pipeline.Options(planner=plan.planner, weights=plan.weights, launch="kernel",

@@ -10,7 +10,8 @@ from aotplan.core import fileio
 from aotplan.core.errors import AotplanError
 from aotplan.cli.app import Path, handle_errors, main
 from aotplan.cli.files import refuse_overwriting_inputs, refuse_unwritable
-from aotplan.cli.models import FREEZE_HELP, INPUT_SHAPE_HELP, OUTSIDE_WEIGHTS_HELP, STATE_HELP, load_methods
+from aotplan.cli.models import (FREEZE_HELP, INPUT_SHAPE_HELP, OUTSIDE_WEIGHTS_HELP, STATE_HELP, STATE_INIT_HELP,
+                                load_methods)
 from aotplan.cli.text import fmt_bytes, plural
 
 
@@ -51,6 +52,7 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
                    "arena; kernel = one launch per node, every tensor in the arena (for debugging, --dump, "
                    "profiles and `aotplan check`).")
 @click.option("--state", "states", multiple=True, metavar="OUT=IN", help=STATE_HELP)
+@click.option("--state-init", "state_inits", multiple=True, metavar="IN=FILE.npy", help=STATE_INIT_HELP)
 @click.option("--method", "method_specs", multiple=True, metavar="NAME=MODEL",
               help="A method of the plan (repeatable): an entry point compiled from MODEL, run with "
                    "session.run(feeds, method=NAME). The methods share the weights (a weight equal by name, dtype, "
@@ -133,7 +135,7 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, disabled_opts, launch,
                 fuse_min_flops, no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement,
                 schedule, format_policy, no_conv_bands, jobs, inline_bytes, allow_outside_weights,
-                max_unrolled_nodes, states, method_specs, profiles):
+                max_unrolled_nodes, states, state_inits, method_specs, profiles):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan; or several
     models, each a method (see below), into one plan."""
     if bool(model) == bool(method_specs):
@@ -189,7 +191,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
 
     sources = model or [spec.partition("=")[2] for spec in method_specs]
     if output is not None:
-        refuse_overwriting_inputs(output, "-o", sources, frozen, sign_key)
+        refuse_overwriting_inputs(output, "-o", sources, tuple(frozen) + tuple(state_inits), sign_key)
         refuse_unwritable(output, f"plan {output!r}")
     else:
         refuse_unwritable(".", "the plan in the current folder (no -o given)", folder=True)
@@ -197,7 +199,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         from compiler import methods
 
         named, digest = load_methods(model, method_specs, profiles, input_shapes, frozen, allow_outside_weights,
-                                     states)
+                                     states, state_inits)
         res = methods.compile_methods(named, digest, opts, progress=lambda k: "b" in bar and bar["b"].update(k),
                                       on_start=on_start)
     finally:
@@ -209,7 +211,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         stem = re.sub(r"[^\w.-]", "_", plan.provenance.model_name).strip("._")  # (letters of any script)
         stem = stem.encode()[:200].decode(errors="ignore") or "model"  # a file name holds 255 bytes
         output = f"{stem}.plan"
-        refuse_overwriting_inputs(output, "the default output", sources, frozen, sign_key)
+        refuse_overwriting_inputs(output, "the default output", sources, tuple(frozen) + tuple(state_inits), sign_key)
     try:
         atomic_write(output, data)
     except OSError as e:

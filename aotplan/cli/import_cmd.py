@@ -10,7 +10,8 @@ from aotplan.core import fileio
 from aotplan.core.errors import AotplanError
 from aotplan.cli.app import Path, handle_errors, main
 from aotplan.cli.files import frozen_paths, refuse_unwritable
-from aotplan.cli.models import FREEZE_HELP, INPUT_SHAPE_HELP, STATE_HELP, freezer, parse_shapes, with_states
+from aotplan.cli.models import (FREEZE_HELP, INPUT_SHAPE_HELP, STATE_HELP, STATE_INIT_HELP, freezer, parse_shapes,
+                                with_states)
 from aotplan.cli.text import plural
 
 
@@ -38,8 +39,9 @@ def _list_onnx_ops(ctx, _param, value):
 @click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy",
               help=FREEZE_HELP + " The model.json holds them as constants.")
 @click.option("--state", "states", multiple=True, metavar="OUT=IN", help=STATE_HELP + " The model.json declares them.")
+@click.option("--state-init", "state_inits", multiple=True, metavar="IN=FILE.npy", help=STATE_INIT_HELP)
 @handle_errors
-def import_onnx(model, output, input_shapes, frozen, states):
+def import_onnx(model, output, input_shapes, frozen, states, state_inits):
     """Convert an ONNX MODEL to model.json (weights in an .npz beside it).
 
     Needs the onnx package: pip install 'aotplan[onnx]'.
@@ -57,7 +59,7 @@ def import_onnx(model, output, input_shapes, frozen, states):
                        f"the weights file of -o {output!r},")
     refuse_unwritable(output, f"{output!r}")
     graph, digest = onnx_import.load(model, parse_shapes(input_shapes), freeze=freezer(frozen))
-    graph, _ = with_states(graph, digest, states)
+    graph, _ = with_states(graph, digest, states, state_inits)
     from compiler import pipeline
 
     prepared = pipeline.prepare(graph)

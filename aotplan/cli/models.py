@@ -23,7 +23,7 @@ def parse_shapes(specs):
     return shapes
 
 
-def load_model(model, input_shapes, frozen=(), allow_outside_weights=False, states=()):
+def load_model(model, input_shapes, frozen=(), allow_outside_weights=False, states=(), state_inits=()):
     """model.json or .onnx -> (Graph, digest), with the --freeze-input values (`frozen`:
     NAME=FILE.npy specs) made constants (an ONNX model's declared outputs are checked
     after that, when every shape is known) and the --state pairs (`states`: OUT=IN
@@ -35,17 +35,17 @@ def load_model(model, input_shapes, frozen=(), allow_outside_weights=False, stat
         from compiler.frontends import onnx_import
 
         graph, digest = onnx_import.load(model, parse_shapes(input_shapes), freeze=freezer(frozen))
-        return with_states(graph, digest, states)
+        return with_states(graph, digest, states, state_inits)
     if input_shapes:
         raise AotplanError("--input-shape applies to ONNX models; model.json shapes are already static")
     graph, digest = model_json.load(model, allow_outside_weights)
     if frozen:
         graph = freezer(frozen)(graph)
         digest = model_json.graph_digest(graph)
-    return with_states(graph, digest, states)
+    return with_states(graph, digest, states, state_inits)
 
 
-def load_methods(model, method_specs, profiles, input_shapes, frozen, allow_outside_weights, states):
+def load_methods(model, method_specs, profiles, input_shapes, frozen, allow_outside_weights, states, state_inits=()):
     """-> ([(method name, Graph)], digest): MODEL alone (one method, named ""), each
     --method NAME=MODEL, or MODEL at each --profile NAME:INPUT=D0,...;INPUT=...; the
     same --input-shape, --freeze-input and --state apply to every method. The digest
@@ -58,7 +58,7 @@ def load_methods(model, method_specs, profiles, input_shapes, frozen, allow_outs
             name, sep, path = spec.partition("=")
             if not sep or not name or not path:
                 raise AotplanError(f"--method {spec!r}: expected NAME=MODEL")
-            named.append((name, *load_model(path, input_shapes, frozen, allow_outside_weights, states)))
+            named.append((name, *load_model(path, input_shapes, frozen, allow_outside_weights, states, state_inits)))
     elif profiles:
         named = []
         for spec in profiles:
@@ -72,11 +72,11 @@ def load_methods(model, method_specs, profiles, input_shapes, frozen, allow_outs
             both = dict(parse_shapes(input_shapes), **given)
             try:
                 named.append((name, *load_model(model, [f"{k}={','.join(map(str, v))}" for k, v in both.items()],
-                                                frozen, allow_outside_weights, states)))
+                                                frozen, allow_outside_weights, states, state_inits)))
             except AotplanError as e:
                 raise type(e)(f"--profile {name}: {e}") from None
     else:
-        graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights, states)
+        graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights, states, state_inits)
         return [("", graph)], digest
     digest = hashlib.sha256(repr([(name, d) for name, _, d in named]).encode()).hexdigest()
     return [(name, g) for name, g, _ in named], digest
@@ -93,13 +93,27 @@ def parse_states(specs):
     return pairs
 
 
-def with_states(graph, digest, specs):
-    """The graph with each --state OUT=IN pair a state (zeros before the first step),
-    and its digest covering them; the graph's checks (`validate`) name a missing input
-    or output, the compile mismatched shapes or dtypes."""
+def with_states(graph, digest, specs, init_specs=()):
+    """The graph with each --state OUT=IN pair a state (zeros before the first step, or
+    the --state-init IN=FILE.npy value), and its digest covering them; the graph's checks
+    (`validate`) name a missing input or output, the compile mismatched shapes or dtypes."""
     from compiler.frontends.states import declare
 
-    return declare(graph, digest, parse_states(specs))
+    inits = {}
+    if init_specs:
+        from aotplan.cli.feeds import as_bfloat16, load_npy
+
+        want = {t.name: t.dtype for t in graph.inputs}
+        for spec in init_specs:
+            name, a = load_npy(spec, "--state-init", want)
+            if name in inits:
+                raise AotplanError(f"--state-init {name}: given twice")
+            inits[name] = as_bfloat16(a, f"--state-init {name}") if want.get(name) == "bfloat16" else a
+    return declare(graph, digest, parse_states(specs), inits=inits)
+
+
+STATE_INIT_HELP = ("A state's value before the first step (and after reset_state), from a .npy of the state's dtype "
+                   "and shape, for the state whose input is IN (repeatable; default: zeros).")
 
 
 STATE_HELP = ("Keep a tensor on the device across steps (a KV cache): graph output OUT is written in place over "
