@@ -1,7 +1,7 @@
-"""The compiler from Python: `aotplan.compile(model, ...) -> Plan`, then `plan.save(path)`.
+"""The compiler from Python: `compiler.compile(model, ...) -> Plan`, then `plan.save(path)`.
 
-    import aotplan, executor
-    plan = aotplan.compile("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
+    import compiler, executor
+    plan = compiler.compile("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
     plan.save("model.plan")
     session = executor.load("model.plan")
 
@@ -37,7 +37,7 @@ def compile(model, *, input_shapes=None, freeze=None, states=None, state_inits=N
     progress: None, or a function of the number of launches lowered so far."""
     unknown = sorted(set(options) - _KNOWN)
     if unknown:
-        raise TypeError(f"aotplan.compile: unknown option {unknown[0]!r} (options: {', '.join(sorted(_KNOWN))})")
+        raise TypeError(f"compiler.compile: unknown option {unknown[0]!r} (options: {', '.join(sorted(_KNOWN))})")
     targets = {"host": (), "both": ("cpu", "cuda")}.get(target, (target,))
     opts = pipeline.Options(launch=launch, targets=targets, **options)
     graph, digest = _graph(model, input_shapes, freeze, name)
@@ -65,7 +65,7 @@ def _graph(model, input_shapes, freeze, name):
         graph = onnx_import.convert(model, input_shapes, name=name, freeze=freezer)
         return graph, model_json.graph_digest(graph)
     else:
-        raise TypeError(f"aotplan.compile takes a model.json or .onnx path or an onnx.ModelProto, got "
+        raise TypeError(f"compiler.compile takes a model.json or .onnx path or an onnx.ModelProto, got "
                         f"{type(model).__name__}")
     if freezer:
         graph = freezer(graph)

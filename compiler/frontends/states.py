@@ -1,4 +1,4 @@
-"""States declared on a loaded graph (`--state OUT=IN`, `aotplan.compile(states=...)`):
+"""States declared on a loaded graph (`--state OUT=IN`, `compiler.compile(states=...)`):
 graph output OUT is written in place over graph input IN each step (zeros before the
 first); the digest covers the pairs, so the plan records them."""
 

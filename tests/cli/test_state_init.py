@@ -1,11 +1,11 @@
-"""`--state-init IN=FILE.npy` (compile, import onnx, check) and `aotplan.compile(...,
+"""`--state-init IN=FILE.npy` (compile, import onnx, check) and `compiler.compile(...,
 state_inits=)`: a state's value before the first step, other than zeros, for an ONNX
 model whose states are declared on the command line."""
 
 import numpy as np
 import pytest
 
-import aotplan
+import compiler
 from conftest import aotplan_cli
 
 pytest.importorskip("onnx")
@@ -41,7 +41,7 @@ def test_the_plan_starts_from_the_given_value_and_reset_returns_to_it(acc_onnx):
     np.testing.assert_array_equal(s.get_state("acc"), init)
     r = aotplan_cli("check", str(d / "acc.plan"), path, "--state", "acc_new=acc", "--state-init", f"acc={init_file}")
     assert r.returncode == 0, r.stderr
-    plan = aotplan.compile(path, states={"acc_new": "acc"}, state_inits={"acc": init})
+    plan = compiler.compile(path, states={"acc_new": "acc"}, state_inits={"acc": init})
     assert plan.save(str(d / "api.plan")) and open(d / "api.plan", "rb").read() == open(d / "acc.plan", "rb").read()
 
 

@@ -1,4 +1,4 @@
-"""`aotplan.compile(model, ...) -> Plan` and `plan.save(path)` (compiler/api.py): the
+"""`compiler.compile(model, ...) -> Plan` and `plan.save(path)` (compiler/api.py): the
 command's pipeline from Python, the same plan file byte for byte."""
 
 import os
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-import aotplan
+import compiler
 from conftest import ROOT
 
 MLP = os.path.join(ROOT, "plans", "examples", "mlp", "model.json")
@@ -23,7 +23,7 @@ def cli_compile(tmp_path, *args):
 
 
 def test_a_model_json_compiles_to_the_commands_plan_byte_for_byte(tmp_path):
-    path = aotplan.compile(MLP, launch="kernel").save(str(tmp_path / "api.plan"))
+    path = compiler.compile(MLP, launch="kernel").save(str(tmp_path / "api.plan"))
     assert open(path, "rb").read() == cli_compile(tmp_path, MLP, "--launch", "kernel")
 
 
@@ -39,10 +39,10 @@ def test_onnx_paths_and_model_protos_with_symbolic_shapes(tmp_path):
     x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     for source in (path, m):
-        plan = aotplan.compile(source, input_shapes={"x": (4, 3)})
+        plan = compiler.compile(source, input_shapes={"x": (4, 3)})
         got = executor.load(plan.save(str(tmp_path / "m.plan"))).run({"x": x})["p"]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    from_path = aotplan.compile(path, input_shapes={"x": (4, 3)}).save(str(tmp_path / "a.plan"))
+    from_path = compiler.compile(path, input_shapes={"x": (4, 3)}).save(str(tmp_path / "a.plan"))
     assert open(from_path, "rb").read() == cli_compile(tmp_path, path, "--input-shape", "x=4,3")
 
 
@@ -55,7 +55,7 @@ def test_states_as_the_commands_state_option(tmp_path):
     doc["constants"] = [c for c in doc["constants"] if c["name"] != "start"]
     path = tmp_path / "model.json"
     path.write_text(json.dumps(doc))
-    plan = aotplan.compile(str(path), states={"acc_new": "acc"})
+    plan = compiler.compile(str(path), states={"acc_new": "acc"})
     assert [s.name for s in plan.states] == ["acc"]
     assert open(plan.save(str(tmp_path / "s.plan")), "rb").read() == cli_compile(tmp_path, str(path), "--state",
                                                                                  "acc_new=acc")
@@ -65,13 +65,13 @@ def test_wrong_arguments_are_type_errors_or_name_the_field(tmp_path):
     from aotplan.core.errors import ModelError
 
     with pytest.raises(TypeError, match="unknown option 'planer'"):
-        aotplan.compile(MLP, planer="greedy")
+        compiler.compile(MLP, planer="greedy")
     with pytest.raises(TypeError, match="got int"):
-        aotplan.compile(3)
+        compiler.compile(3)
     with pytest.raises(ModelError, match="input_shapes applies to ONNX models"):
-        aotplan.compile(MLP, input_shapes={"x": (4, 64)})
+        compiler.compile(MLP, input_shapes={"x": (4, 64)})
     with pytest.raises(ModelError, match="states acc_new=x: 'acc_new' is not a graph output"):
-        aotplan.compile(MLP, states={"acc_new": "x"})
+        compiler.compile(MLP, states={"acc_new": "x"})
 
 
 def test_the_readme_example_runs(tmp_path):
