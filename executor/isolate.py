@@ -137,7 +137,8 @@ def _child():
             raise files.named(req["name"], e) from None
         session = executor.Session(plan, warmup=True, trusted=trusted or req["trust_executables"],
                                    progress=lambda what: say(_STAGE + what), jobs=1,  # a crash names its kernel
-                                   max_memory=req["max_memory"])
+                                   max_memory=req["max_memory"],
+                                   reader_guard=False)  # (this child is the guard: a crash here is reported)
         say(_STAGE + "giving the native kernels jax's call path")
         session.wait_ready()
         every = list(session.methods.values())  # (a plan of several methods: each one's warm-up step ran)

@@ -71,11 +71,12 @@ class LoadedKernels:
     feed_avals: list  # the avals of the inputs, as the kernel that takes the feeds declares them
 
 
-def load_kernels(plan, wants, device, source, jobs, progress):
+def load_kernels(plan, wants, device, source, jobs, progress, guard=None):
     """Every kernel of `wants` (`kernel_roles`) loaded for `device`: its exported program
     read and its signature checked against the plan, then its native executable
     (`source` "native") or its StableHLO, checked (`kernel_program`), compiled. `jobs`: compiles at once (None: one
-    per CPU, `xla_options.default_jobs`)."""
+    per CPU, `xla_options.default_jobs`). `guard`: a `reader_guard.ReaderGuard` that reads
+    each module first (an untrusted plan's), or None."""
     platform = kernels.export_platform(device.platform)
     n_inputs = len(plan.inputs)
     loaded = LoadedKernels({}, {}, [], [])
@@ -90,11 +91,15 @@ def load_kernels(plan, wants, device, source, jobs, progress):
     pool = concurrent.futures.ThreadPoolExecutor(jobs, "aotplan-xla") if jobs > 1 else None
     compiling = {}
     value_limit = kernel_program.value_bytes_limit(plan)
+    exps = {ki: load_kernel(plan.kernels[ki]) for ki in sorted(wants)}
+    if guard is not None:  # (read there first, ahead of this thread: `reader_guard`)
+        guard.submit([(plan.kernels[ki].name, exps[ki].mlir_module_serialized) for ki in sorted(wants)
+                      if ki not in loading])
     try:
         for ki, (role, takes, returns) in sorted(wants.items()):
             k = plan.kernels[ki]
             progress(f"loading kernel {k.name!r}")
-            exp = load_kernel(k)
+            exp = exps[ki]
             check_signature(k.name, exp, takes, returns)
             if sorted(exp.platforms) != sorted(plan.provenance.platforms):  # what `inspect` shows
                 raise PlanError(f"kernel {k.name!r} is exported for {', '.join(exp.platforms)}, but the plan's "
@@ -119,6 +124,8 @@ def load_kernels(plan, wants, device, source, jobs, progress):
                 continue
             # its program checked before XLA sees it (a native executable is used only
             # from a trusted plan: `kernel_source`)
+            if guard is not None:
+                guard.screen(k.name)
             module = kernels.read_module(k.name, exp, plan.provenance.jax_version)
             kernel_program.check(k.name, module, exp, takes, returns, donate, value_limit)
             lowered = lower_kernel(k.name, exp, donate, platform, device, plan.provenance.jax_version, module)

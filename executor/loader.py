@@ -4,14 +4,16 @@ before the file is read."""
 import os
 
 from aotplan.core import codec
+from aotplan.core.errors import ArgumentTypeError
 from executor import arguments, memory_limits, process
+from executor.reader_guard import ReaderGuard
 from executor.session import Session
 
 _BYTES = (bytes, bytearray, memoryview)
 
 
 def load(path, device=None, warmup=True, trust_key=None, require_signature=False, trust_executables=False,
-         cache_dir=None, progress=None, jobs=None, max_memory=None):
+         cache_dir=None, progress=None, jobs=None, max_memory=None, reader_guard=None):
     """Read, verify and load a plan file -> Session.
 
     path: the plan file's path (str or os.PathLike), or the plan's bytes (bytes,
@@ -31,7 +33,7 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     trust_executables: use the plan's native executables without a signature.
     cache_dir: a persistent XLA compilation cache for kernels compiled from StableHLO
         (default: AOTPLAN_CACHE_DIR, if set). It is JAX's process-wide cache setting.
-    See `Session` for `warmup`, `progress`, `jobs` and `max_memory`. The arguments are
+    See `Session` for `warmup`, `progress`, `jobs`, `max_memory` and `reader_guard`. The arguments are
     checked before the file is read; a wrong one is a PlanError naming it.
     """
     process.check_not_forked("executor.load")
@@ -40,6 +42,9 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     for flag, value in (("warmup", warmup), ("require_signature", require_signature),
                         ("trust_executables", trust_executables)):
         arguments.check_flag("executor.load", flag, value)
+    if not (reader_guard is None or isinstance(reader_guard, (bool, ReaderGuard))):
+        raise ArgumentTypeError(f"executor.load: reader_guard must be True, False, None or an "
+                                f"executor.reader_guard.ReaderGuard, got {type(reader_guard).__name__}")
     jobs = arguments.check_jobs("executor.load", jobs)
     memory_limits.check_max_memory("executor.load", max_memory)
     arguments.check_progress(progress, "executor.load")
@@ -55,4 +60,4 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     else:
         plan, trusted = codec.read_checked(path, trust_key, require_signature)
     return Session(plan, device=device, warmup=warmup, trusted=trusted or trust_executables, progress=progress,
-                   jobs=jobs, max_memory=max_memory)
+                   jobs=jobs, max_memory=max_memory, reader_guard=reader_guard)

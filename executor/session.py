@@ -12,6 +12,7 @@ arrays of the storage dtype skips this) and the returned outputs (XLA allocates 
 program's results); offsets and constants were placed at load.
 """
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -29,6 +30,7 @@ from aotplan.core.plan import Plan
 from executor import feeds as feed_checks
 from executor import kernel_loader, memory_limits, ort_api, process, states
 from executor.arguments import check_progress, resolve_device, short
+from executor.reader_guard import for_load as reader_guard_for
 
 log = logging.getLogger("aotplan.executor")
 
@@ -93,6 +95,11 @@ class Session:
     allocated and against its compiled kernels' workspace before the arena is; a
     plan that needs more is a LimitError naming the figures. `workspace_bytes`: the
     largest workspace of the kernels as compiled here.
+    `reader_guard`: where the plan is not trusted, a helper process reads each kernel's
+    module before this one does, so that a module that crashes StableHLO's reader is a
+    PlanError, not this process's end (`executor.reader_guard`). None: a helper for this
+    load unless AOTPLAN_READER_GUARD=0; True or False; or a `ReaderGuard` the caller
+    keeps for many loads (its helper is started once).
     `device`: a jax Device, a platform name or None, as `load` takes it
     (`resolve_device`); checked before anything else. The kernels are compiled for it
     (native executables are loaded onto it) and the arena, the constants, the offset
@@ -106,9 +113,25 @@ class Session:
     `constants` are dropped once placed, so the host does not keep the weights too."""
 
     def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None, jobs=None, max_memory=None,
-                 _parent=None):
-        with jax.transfer_guard("allow"):  # (the load's own transfers)
-            self._load(plan, device, warmup, trusted, progress, jobs, max_memory, _parent)
+                 reader_guard=None, _parent=None):
+        if _parent is not None:
+            self._reader_guard = _parent._reader_guard
+            with jax.transfer_guard("allow"):
+                self._load(plan, device, warmup, trusted, progress, jobs, max_memory, _parent)
+            return
+        # (started first, so that it starts while the plan is verified)
+        guard, owned = reader_guard_for(reader_guard, trusted)
+        self._reader_guard = guard
+        try:
+            with guard.lock if guard else contextlib.nullcontext():
+                try:
+                    with jax.transfer_guard("allow"):  # (the load's own transfers)
+                        self._load(plan, device, warmup, trusted, progress, jobs, max_memory, _parent)
+                finally:
+                    if guard is not None:
+                        guard.close() if owned else guard.finish()
+        finally:
+            self._reader_guard = None
 
     def _load(self, plan, device, warmup, trusted, progress, jobs, max_memory, parent):
         """`parent`: the session of a plan's first method, where this one loads a further
@@ -152,7 +175,8 @@ class Session:
         self._outputs_as_stored = all(dtypes.storage_dtype(t.dtype) == t.dtype for t in self._outputs)
         wants = kernel_loader.kernel_roles(plan)
         self.kernel_source = kernel_loader.kernel_source(plan, self.device, trusted)
-        loaded = kernel_loader.load_kernels(plan, wants, self.device, self.kernel_source, jobs, progress)
+        loaded = kernel_loader.load_kernels(plan, wants, self.device, self.kernel_source, jobs, progress,
+                                            self._reader_guard)
         # the workspace XLA says the kernels compiled here need (a kernel may want more
         # than the plan states), checked before the arena and the constants are placed
         self.workspace_bytes, widest = memory_limits.compiled_workspace(plan, loaded.callables, loaded.paths)

@@ -86,3 +86,18 @@ def test_internal_names_aotplan_reads_exist(module, name):
     found = getattr(owner, leaf, None)
     found = found if found is not None else importlib.import_module(module)
     assert hasattr(found, name), _why(f"{module}.{name} is gone")
+
+
+def test_the_reader_helper_reads_with_jax_extend_mlirs_own_functions():
+    """executor/reader_helper.py reads modules with jaxlib's bindings without importing
+    jax (a quarter of a second, not seconds): they must be the very functions
+    `kernels.read_module` calls, or the helper surviving a module says nothing about
+    this process reading it (the helper falls back to jax.extend.mlir, slower)."""
+    from jax.extend import mlir as jax_mlir
+    from jax.extend.mlir import ir as jax_ir
+    from jaxlib._jax import mlir
+    from jaxlib.mlir import ir
+
+    assert mlir.deserialize_portable_artifact is jax_mlir.deserialize_portable_artifact, \
+        f"jax {jax.__version__}: jaxlib._jax.mlir is not jax.extend.mlir's; the reader guard's helper needs a new way in"
+    assert ir.Context is jax_ir.Context, f"jax {jax.__version__}: jaxlib.mlir.ir.Context is not jax.extend.mlir.ir's"

@@ -187,6 +187,9 @@ def cases(seed_value, start, count, plans):
         yield i, make_case(rng, plans[i % len(plans)])
 
 
+_GUARD = None
+
+
 def run_case(case):
     """Load the case's plan and run one step on non-zero inputs -> (outcome, detail):
     "ran", "refused" (an AotplanError at load or at the step), or "BAD ..."."""
@@ -196,8 +199,13 @@ def run_case(case):
     from aotplan.core import codec
     from aotplan.core.errors import AotplanError
 
+    global _GUARD
+    if _GUARD is None:  # (one helper for the child's cases: `executor.reader_guard`)
+        from executor.reader_guard import ReaderGuard
+
+        _GUARD = ReaderGuard()
     try:
-        session = executor.load(codec.encode(case.plan), warmup=False)
+        session = executor.load(codec.encode(case.plan), warmup=False, reader_guard=_GUARD)
         rng = np.random.default_rng(0)
         feeds = {n: (rng.standard_normal(s) + 1).astype(d) for n, d, s in session.input_specs}
         session.run(feeds)
@@ -259,12 +267,12 @@ def campaign(seed_value, count, case_timeout=60.0, start=0):
                 start = int(index) + 1
 
 
-# A known failure outside aotplan: StableHLO's bytecode reader aborts, faults or spins
-# on some malformed bytecode instead of failing (upstream: openxla/stablehlo#2967),
-# before any check of ours can see the program. The executor reads a kernel's module
-# there (`kernels.read_module`); `aotplan verify` and `replay --isolate` contain it in a
-# child process.
-READER_CRASH = "crash or hang in StableHLO's bytecode reader"
+# StableHLO's bytecode reader aborts, faults or spins on some malformed bytecode
+# instead of failing (upstream: openxla/stablehlo#2967), before any check of ours can
+# see the program. The executor has a helper process read an untrusted plan's modules
+# first (`executor.reader_guard`), so such a case is refused; a crash in this process's
+# own read (`kernels.read_module`) means the guard let one through.
+READER_CRASH = "crash or hang in StableHLO's bytecode reader, in the loading process"
 HANG_SECONDS = 50  # a case still running after this dumps its stack and ends the child (the runner waits 60)
 
 

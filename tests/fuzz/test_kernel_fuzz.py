@@ -1,12 +1,11 @@
 """Plans whose kernel programs were mutated (tests/fuzz/kernel_mutators.py), each
 loaded by the executor in a child process and run one step on non-zero inputs: every
-case runs or is refused with an AotplanError; none hangs or raises anything else, and
-none crashes after the kernel's module is read. StableHLO's own bytecode reader
-crashes or spins on about 1 in 1,000 byte-mutated modules (openxla/stablehlo#2967: it aborts
-instead of failing), before any check can see the program: those are counted, not
-failed (the executor's answer is the child process of `verify` and `replay
---isolate`). 300 cases here (about 30 s); longer campaigns (20,000 cases run
-clean: docs/design.md, "Kernel programs"): scripts/fuzz_plans.py --kernels --cases 20000."""
+case runs or is refused with an AotplanError; none hangs, crashes or raises anything
+else. StableHLO's own bytecode reader crashes or spins on about 1 in 1,000 byte-mutated
+modules (openxla/stablehlo#2967): the executor's reader guard (a helper process reads
+an untrusted plan's modules first) turns those into refusals. 300 cases here (about
+30 s); the slow tier runs 1,200 more; longer campaigns (docs/design.md, "Kernel
+programs"): scripts/fuzz_plans.py --kernels --cases 20000."""
 
 import collections
 
@@ -25,10 +24,9 @@ def test_mutated_kernel_programs_run_or_are_refused(chunk):
     outcomes, bad = collections.Counter(), []
     for i, mutator, outcome, detail in km.campaign(seed_value=1, count=PER_CHUNK, start=chunk * PER_CHUNK):
         outcomes[outcome] += 1
-        if outcome.startswith("BAD") or (outcome == km.READER_CRASH and mutator != "bytes"):
+        if outcome.startswith("BAD") or outcome == km.READER_CRASH:
             bad.append(f"case {i} ({mutator}): {outcome}: {detail}")
     assert sum(outcomes.values()) == PER_CHUNK, outcomes
-    assert outcomes[km.READER_CRASH] <= PER_CHUNK // 100, outcomes  # (about 1 in 1,000: more is news)
     assert not bad, f"{len(bad)} bad cases:\n" + "\n".join(bad[:10])
     assert outcomes["refused"] and outcomes["ran"], outcomes  # both kinds of mutation are reached
 
