@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """What checking each kernel's program (aotplan/core/kernel_program.py) adds to a load:
 per plan, the time to read the kernels' modules and check them, against the whole
-load (`executor.load`, no warm-up) in the same process, medians over repeats.
+load (`executor.load`, no warm-up) in the same process, medians over repeats; and
+what the reader guard adds (`executor/reader_guard.py`: a helper process reads the
+modules first): the load with it (the default for an unsigned plan) against the load
+without it (reader_guard=False), and with one kept guard (reader_guard=ReaderGuard()).
 
     python scripts/bench_kernel_check.py [--repeats 5]
 
@@ -31,11 +34,14 @@ def main():
     from aotplan.core import codec, kernel_program, kernels, model_json
     from compiler import pipeline
     from executor import kernel_loader
+    from executor.reader_guard import ReaderGuard
 
     models = [os.path.join(ROOT, "plans", "examples", n, "model.json") for n in ("mlp", "cnn", "transformer")]
     models += [os.path.join(ROOT, "plans", "bench", n, "model.json") for n in ("resnet50", "bert4")]
     print(f"jax {jax.__version__}, {os.cpu_count()} CPUs; medians of {args.repeats}")
-    print(f"{'model':<12} {'kernels':>7} {'check ms':>9} {'per kernel ms':>14} {'load ms':>8} {'check/load':>10}")
+    print(f"{'model':<12} {'kernels':>7} {'check ms':>9} {'per kernel ms':>14} {'load ms':>8} {'check/load':>10} "
+          f"{'guarded ms':>10} {'kept guard ms':>13} {'guarded/load':>12}")
+    kept = ReaderGuard()
     with tempfile.TemporaryDirectory() as work:
         for path in models:
             if not os.path.exists(path):
@@ -48,7 +54,7 @@ def main():
             wants = kernel_loader.kernel_roles(plan)
             limit = kernel_program.value_bytes_limit(plan)
             exps = {ki: kernels.load_kernel(plan.kernels[ki]) for ki in wants}
-            checks, loads = [], []
+            checks, loads, guarded, kept_loads = [], [], [], []
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
                 for ki, (role, takes, returns) in wants.items():
@@ -57,11 +63,20 @@ def main():
                                          limit)
                 checks.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                executor.load(file, warmup=False)
+                executor.load(file, warmup=False, reader_guard=False)
                 loads.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                executor.load(file, warmup=False, reader_guard=True)
+                guarded.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                executor.load(file, warmup=False, reader_guard=kept)
+                kept_loads.append(time.perf_counter() - t0)
             c, l = statistics.median(checks) * 1e3, statistics.median(loads) * 1e3
+            g, k = statistics.median(guarded) * 1e3, statistics.median(kept_loads) * 1e3
             name = os.path.basename(os.path.dirname(path))
-            print(f"{name:<12} {len(wants):>7} {c:>9.1f} {c / len(wants):>14.2f} {l:>8.1f} {c / l:>10.2f}")
+            print(f"{name:<12} {len(wants):>7} {c:>9.1f} {c / len(wants):>14.2f} {l:>8.1f} {c / l:>10.2f} "
+                  f"{g:>10.1f} {k:>13.1f} {g / l:>12.2f}")
+    kept.close()
 
 
 if __name__ == "__main__":

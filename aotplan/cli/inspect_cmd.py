@@ -1,6 +1,7 @@
 """`aotplan inspect`: a plan's tensors, launches, kernels and memory, as text or JSON.
 """
 
+import hashlib
 import json
 
 import click
@@ -49,7 +50,10 @@ def plan_summary(plan, path):
                      # reads at s and writes at s + 0.5: aotplan/core/arena_lifetimes.py)
                      "first": life[i][0] if i in life else None, "last": life[i][1] if i in life else None}
                     for i, t in enumerate(plan.tensors)],
-        "kernels": [{"name": k.name, "bytes": len(k.exported), "workspace_bytes": k.workspace_bytes,
+        # (sha256: the kernel's exported program, header included, to tell whether two
+        # plans' kernels are the same program; the plan's digest and signature cover it)
+        "kernels": [{"name": k.name, "bytes": len(k.exported), "sha256": hashlib.sha256(k.exported).hexdigest(),
+                     "workspace_bytes": k.workspace_bytes,
                      "n_offsets": k.n_offsets, "feeds": k.feeds, "returns": k.returns, "state": k.state,
                      "native_bytes": len(k.native),
                      "launches": sum(1 for l in plan.launches if l.kernel == ki)}
@@ -185,7 +189,8 @@ def inspect(plan_path, as_json, plot_path, trust_key):
     for k in s["kernels"]:
         extra = (f", shared by {k['launches']} launches (runtime offsets)" if k["n_offsets"] else "") + (
             f", native {k['native_bytes']} B" if k["native_bytes"] else "")
-        click.echo(f"  {k['name'][:32]:32s} {k['bytes']:>9d} B StableHLO, workspace {k['workspace_bytes']} B{extra}")
+        click.echo(f"  {k['name'][:32]:32s} {k['bytes']:>9d} B StableHLO (sha256 {k['sha256'][:12]}), "
+                   f"workspace {k['workspace_bytes']} B{extra}")
 
 
 def _sharing(t):

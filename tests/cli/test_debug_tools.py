@@ -5,6 +5,7 @@ each tool's error paths. Plans come from the session's compiled examples where t
 (XLA compile time dominates)."""
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -439,6 +440,10 @@ def test_inspect_counts_each_kernel_slot_and_says_node(mode_examples, frozen):
                                                     for i, k in enumerate(plan.kernels)))
     counts = [k["launches"] for k in plan_summary(same, "p")["kernels"]]
     assert counts == [sum(1 for l in plan.launches if l.kernel == i) for i in range(len(plan.kernels))]
+    # each kernel's program digest: equal for the slot that took the other's kernel
+    digests = [k["sha256"] for k in plan_summary(same, "p")["kernels"]]
+    assert digests[relu.kernel] == digests[tanh.kernel] == hashlib.sha256(plan.kernels[tanh.kernel].exported).hexdigest()
+    assert len(set(digests)) == len(digests) - 1
     r = _invoke("inspect", frozen[1])
     assert r.exit_code == 0 and "launches (1, running 1 node):" in r.output, r.output
     # the memory inspect states per step is what --check-alloc holds the device to
