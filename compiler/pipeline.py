@@ -94,7 +94,8 @@ class FormatStats:
     """What the layout cost: `conversions` transdata nodes converting `conversion_bytes`
     (their outputs' device bytes) per step; `relayouts` nodes that relayout inside
     their kernel; per step, the transposes and copies in the compiled kernels' HLO
-    (each launch's kernel counted once per launch)."""
+    (each launch's kernel counted once per launch), and among them `constant_moves`:
+    those of a constant argument (compiler/constant_moves.py)."""
 
     policy: str
     formatted: int  # tensors (of the cleaned-up graph) held in a format other than default
@@ -104,6 +105,7 @@ class FormatStats:
     transposes: int
     copies: int
     estimates: tuple = ()  # auto: ((policy, predicted seconds of its format-dependent nodes), ...)
+    constant_moves: int = 0
 
 
 @dataclass(frozen=True)
@@ -360,4 +362,4 @@ def format_stats(p, lowered):
                        sum(formats.nbytes(p.info[n.outputs[0]].shape, p.info[n.outputs[0]].dtype, n.attr("dst"))
                            for n in conv),
                        sum(cformats.hidden_conversions(n) for n in nodes), sum(m[0] for m in moves),
-                       sum(m[1] for m in moves), lay.estimates)
+                       sum(m[1] for m in moves), lay.estimates, sum(m[2] for m in moves))

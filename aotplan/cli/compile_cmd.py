@@ -253,7 +253,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     click.echo(f"  formats: policy {chosen}, {plural(fs.formatted, 'tensor')} in another format than default, "
                f"{plural(fs.conversions, 'conversion')} ({fmt_bytes(fs.conversion_bytes)} per step), "
                f"{plural(fs.relayouts, 'node')} with a relayout inside its kernel; the compiled kernels run "
-               f"{plural(fs.transposes, 'transpose')} and {plural(fs.copies, 'copy')} per step")
+               f"{plural(fs.transposes, 'transpose')} and {plural(fs.copies, 'copy')} per step; weights relaid out "
+               f"per step: {fs.constant_moves} (transposes, copies or pads of constant arguments)")
     if plan.states:
         click.echo(f"  states: {plural(len(plan.states), 'tensor')} kept on the device across steps "
                    f"({', '.join(st.name for st in plan.states)}), a buffer of {fmt_bytes(m.state_bytes)} beside "

@@ -31,6 +31,7 @@ from jax._src import config as jax_config
 from aotplan.core import dtypes, formats, native, xla_options
 from aotplan.core.errors import InternalError, ModelError
 from compiler import arena_io, state_writes
+from compiler import constant_moves
 from compiler import formats as cformats
 from compiler.ops import conv
 from aotplan.core import kernels
@@ -46,7 +47,8 @@ class LoweredKernel:
     returns: bool
     native: bytes
     alias_bytes: int
-    relayouts: tuple = (0, 0)  # (transposes, copies) in the compiled HLO on the build host
+    # (transposes, copies, those of constant arguments) in the compiled HLO on the build host
+    relayouts: tuple = (0, 0, 0)
     state: bool = False  # takes and returns the state buffer after the arena
 
 
@@ -98,9 +100,10 @@ class _Exporter:
         if self.pool:
             self.pool.shutdown(cancel_futures=True)
 
-    def __call__(self, name, fn, specs, donate=True):
+    def __call__(self, name, fn, specs, donate=True, constant_args=()):
         """-> a function that returns (exported bytes, temp bytes, alias bytes, native
-        bytes, relayouts) once XLA has compiled the kernel."""
+        bytes, relayouts) once XLA has compiled the kernel; `constant_args`: the
+        indices of the arguments that are constants."""
         fn.__name__ = name
         jitted = jax.jit(fn, donate_argnums=kernels.donated(donate))
         host = host_platform()
@@ -122,7 +125,10 @@ class _Exporter:
             temp = int(getattr(ma, "temp_size_in_bytes", 0) or 0) if ma is not None else 0
             alias = int(getattr(ma, "alias_size_in_bytes", 0) or 0) if ma is not None else 0
             nat = native.serialize(compiled, self.native_for) if native_ok else b""
-            return blob, temp, alias, nat, cformats.count_relayouts(compiled.as_text() or "")
+            hlo = compiled.as_text() or ""
+            # (the compiled program's parameters: the arguments the export kept)
+            params = [n for n, i in enumerate(here.module_kept_var_idx) if i in set(constant_args)]
+            return blob, temp, alias, nat, (*cformats.count_relayouts(hlo), constant_moves.count(hlo, params))
 
         if self.pool is None:
             done = build()
@@ -380,7 +386,8 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
         if dynamic:
             specs.append(jax.ShapeDtypeStruct((n_off,), jnp.int32))
         specs += [_spec(recs[t]) for t in feeds]
-        compiled = export(name, fn, specs, 2 if stateful else 1)
+        first_pool = 2 if stateful else 1
+        compiled = export(name, fn, specs, 2 if stateful else 1, range(first_pool, first_pool + len(pool_reads)))
 
         def kernel():
             blob, temp, alias, nat, moves = compiled()

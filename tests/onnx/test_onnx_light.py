@@ -22,11 +22,13 @@ def compile_model(model, name, launch="sink", **opts):
     from compiler.frontends import onnx_import
 
     graph = onnx_import.convert(model, name=name)
-    plan = pipeline.compile_graph(graph, model_json.graph_digest(graph), pipeline.Options(launch=launch, **opts)).plan
-    return plan, executor.Session(codec.decode(codec.encode(plan)), warmup=False)
+    res = pipeline.compile_graph(graph, model_json.graph_digest(graph), pipeline.Options(launch=launch, **opts))
+    FORMATS[name] = res.formats
+    return res.plan, executor.Session(codec.decode(codec.encode(res.plan)), warmup=False)
 
 
 _compiled = {}
+FORMATS = {}  # model name -> the FormatStats of its last compile
 
 
 def compiled(name):
@@ -71,6 +73,9 @@ def run(name):
     model, plan, sess = compiled(name)
     check_conditioned(model)
     check_against_onnxruntime(model, sess)
+    # every weight stored as its kernel reads it: conv filters, and the transB Gemms of
+    # shufflenet, inception and the AlexNet-style classifiers (compiler/constant_moves.py)
+    assert FORMATS[name].constant_moves == 0, FORMATS[name]
     assert plan.launch_mode == "fused"
     assert plan.memory.lower_bound_bytes <= plan.memory.arena_bytes <= plan.memory.naive_bytes
     # with one fused group only the input and output cross: nothing to share
