@@ -64,7 +64,7 @@ def test_json_gives_each_arena_tensors_first_and_last_launch(cnn_kernel):
     tensors = json.loads(inspect(path, "--json").stdout)["tensors"]
     by_name = {t["name"]: t for t in tensors}
     assert by_name["image"]["first"] == -0.5 and by_name["fc"]["last"] == len(plan.launches) + 0.5
-    assert by_name["fc.w"]["first"] is None  # (a pool constant: no arena bytes)
+    assert by_name["fc.w:kn"]["first"] is None  # (a pool constant, stored as its Gemm reads it: no arena bytes)
     flat = by_name["flat"]  # (a view: its base's lifetime)
     assert (flat["first"], flat["last"]) == (by_name[flat["inside"]]["first"], by_name[flat["inside"]]["last"])
 

@@ -1,6 +1,8 @@
 """Refactors keep plan bytes: the examples in every launch mode compile to the same
 bytes as they did before the layers were restructured (tests/fixtures/plan_digests.json,
-written by scripts/plan_digests.py at commit d014942). The benchmark families and the
+written by scripts/plan_digests.py at commit d014942; the plans with a Gemm's weight
+read transposed rewritten on purpose when the weight_layout pass began storing it as
+the kernel reads it, issue 33). The benchmark families and the
 ONNX light models are in the slow tier. Plans hold XLA programs, so the fixture holds
 for the jax it was written with; other versions skip, saying so."""
 

@@ -196,6 +196,32 @@ def test_weight_layout_transposes_conv_weights_once():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_weight_layout_stores_a_transposed_gemm_weight_as_read():
+    """A Gemm's constant B with trans_b=1 becomes one (K, N) constant for every Gemm
+    that shared it, trans_b cleared; a B that is no constant is left; same outputs."""
+    from compiler.passes import weight_layout
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 6)).astype(np.float32)
+    g = Graph("t", (TensorInfo("x", "float32", x.shape), TensorInfo("v", "float32", (4, 6))), ("y", "z", "u"), (
+        Node("g1", "gemm", ("x", "w"), ("y",), freeze({"trans_b": 1})),
+        Node("g2", "gemm", ("x", "w"), ("z",), freeze({"trans_b": 1, "alpha": 2.0})),
+        Node("g3", "gemm", ("x", "v"), ("u",), freeze({"trans_b": 1})),
+    ), (Constant("w", "float32", w.shape, w),))
+    g2, changed = weight_layout.run(g)
+    assert changed == 2
+    [new] = [c for c in g2.constants if c.name == "w:kn"]
+    np.testing.assert_array_equal(new.data, w.T)
+    assert [(n.inputs[1], n.attr("trans_b")) for n in g2.nodes] == [("w:kn", 0), ("w:kn", 0), ("v", 1)]
+    assert weight_layout.run(g2)[1] == 0  # idempotent
+    feeds = {"x": x, "v": rng.standard_normal((4, 6)).astype(np.float32)}
+    on = reference.evaluate(g, feeds)
+    off = reference.evaluate(g, feeds, pipeline.Options(disabled=frozenset({"weight_layout"})))
+    for k in ("y", "z", "u"):
+        np.testing.assert_allclose(on[k], off[k], rtol=1e-5, atol=1e-5)
+
+
 def test_weight_layout_only_for_cpu_targets():
     assert pipeline.Options(targets=("cpu",)).runs("weight_layout")
     assert not pipeline.Options(targets=("cuda",)).runs("weight_layout")
