@@ -51,7 +51,9 @@ def test_prefill_then_decode_in_one_plan_match_onnxruntime_and_the_decode_plan(d
     for position in range(len(prompt), len(prompt) + 8):  # the cache the prefill wrote, read by decode
         a = sess.run(feeds([token], position), method="decode")["logits"]
         np.testing.assert_allclose(a, ort.step([token], position), rtol=1e-4, atol=1e-5)
-        np.testing.assert_allclose(a, alone.run(feeds([token], position))["logits"], rtol=1e-5, atol=1e-6)
+        # (the prefill wrote the cache from 8 tokens at once, the decode plan one at a
+        # time: the same values summed in another order, so not to the last bit)
+        np.testing.assert_allclose(a, alone.run(feeds([token], position))["logits"], rtol=1e-4, atol=1e-5)
         token = int(a.argmax())
     for _, past in build.cache_names():
         np.testing.assert_allclose(sess.methods["prefill"].get_state(past), ort.cache[past], rtol=1e-4, atol=1e-6)
