@@ -11,6 +11,7 @@ them (XLA sees literals and may fold them); plus arena bytes vs the lower bound.
 runner does the same host round trip: numpy feeds in, numpy outputs out.
 
     python scripts/bench_onnx.py [--models squeezenet,resnet50] [--steps 20] [--rounds 3] [--launch sink]
+                                 [--disable-pass weight_layout]
     python scripts/bench_onnx.py --file model.onnx [--file other.onnx] [--input-shape x=1,64,40]
 
 A --file model's inputs are random: floats standard normal, integers in [0, 10), bools
@@ -59,6 +60,8 @@ def main():
     ap.add_argument("--file", action="append", default=[], help="an ONNX model to run too (repeatable)")
     ap.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
                     help="fix a --file input's shape (repeatable)")
+    ap.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                    help="compile the plans without this clean-up pass (repeatable), as `aotplan compile` does")
     args = ap.parse_args()
 
     import jax
@@ -72,7 +75,8 @@ def main():
     threads = os.cpu_count()
     shapes = dict(_shape_arg(a) for a in args.input_shape)
     print(f"jax {jax.__version__} ({jax.devices()[0].platform}), onnxruntime {ort.__version__} "
-          f"({threads} threads), launch mode {args.launch}, {args.rounds} rounds x {args.steps // args.rounds} steps")
+          f"({threads} threads), launch mode {args.launch}, {args.rounds} rounds x {args.steps // args.rounds} steps"
+          + (f", passes disabled: {', '.join(args.disable_pass)}" if args.disable_pass else ""))
     print(f"{'model':14s} {'launches':>8s} {'aotplan ms':>16s} {'onnxruntime ms':>16s} {'jit(args) ms':>16s} "
           f"{'jit(const) ms':>16s} {'aot/ort':>8s} {'x jit(args)':>11s} {'x jit(const)':>12s} {'arena MiB':>10s} "
           f"{'bound MiB':>10s} {'arena/bound':>11s}")
@@ -88,7 +92,8 @@ def main():
             m = onnx.load(path)
             graph = onnx_import.convert(m, input_shapes=shapes, name=os.path.splitext(name)[0])
             feeds = _random_feeds(graph)
-        plan = pipeline.compile_graph(graph, model_json.graph_digest(graph), pipeline.Options(launch=args.launch)).plan
+        plan = pipeline.compile_graph(graph, model_json.graph_digest(graph), pipeline.Options(
+            launch=args.launch, disabled=frozenset(args.disable_pass))).plan
         sess = executor.Session(codec.decode(codec.encode(plan)))
         opts = ort.SessionOptions()
         opts.log_severity_level, opts.intra_op_num_threads = 3, threads

@@ -75,9 +75,11 @@ def load_session(plan_path, trust_key, require_signature, trust_executables, cac
         report = iso.probe(source, key or codec.env_key(), require_signature, trust_executables, name=plan_path,
                            max_memory=max_memory)
         echo(f"plan {plan_path}: checked in a child process: {report.line()}")
+    # (a child that loaded these very bytes has read every kernel's module: no helper
+    # needs to read them again first, executor/reader_guard.py)
     session = executor.load(source, trust_key=key, require_signature=require_signature,
                             trust_executables=trust_executables, cache_dir=cache_dir, warmup=warmup,
-                            max_memory=max_memory)
+                            max_memory=max_memory, reader_guard=False if isolate else None)
     session.wait_ready()  # every kernel on its final call path before the steps it times
     return session
 
