@@ -22,7 +22,9 @@ of its own (a terminal's Ctrl-C goes to the loading process, which ends it) and 
 itself on end of input or on an alarm, so it never outlives its user.
 """
 
+import atexit
 import collections
+import contextlib
 import os
 import select
 import signal
@@ -44,28 +46,84 @@ _HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reader_helpe
 _RUN = "import runpy, sys; sys.path.insert(0, sys.argv[2]); runpy.run_path(sys.argv[1], run_name='__main__')"
 
 
+IDLE_SECONDS = 60.0  # the process's helper ends after this long unused (a load starts another)
+_shared = None  # the process's helper (`_process_guard`)
+_shared_lock = threading.Lock()
+
+
+@contextlib.contextmanager
 def for_load(reader_guard, trusted):
-    """-> (the ReaderGuard a load uses or None, whether the load owns it). `reader_guard`:
-    None (on unless AOTPLAN_READER_GUARD=0), True, False, or a caller's ReaderGuard."""
+    """Yields the ReaderGuard a load uses (None: none), held for that load alone.
+    `reader_guard`: None (on unless AOTPLAN_READER_GUARD=0), True, False, or a caller's
+    ReaderGuard. By default a load uses the process's helper, started by the first load
+    and ended after IDLE_SECONDS without one (loads in a row start it once); a load
+    that finds it in use by another thread's load starts one of its own."""
     if isinstance(reader_guard, ReaderGuard):
-        return (None, False) if trusted else (reader_guard, False)
+        if trusted:
+            yield None
+            return
+        with reader_guard.lock:
+            reader_guard.warm()
+            try:
+                yield reader_guard
+            finally:
+                reader_guard.finish()
+        return
     if reader_guard is None:
         reader_guard = os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
     elif not isinstance(reader_guard, bool):
         raise ArgumentTypeError(f"reader_guard must be True, False, None or an executor.reader_guard.ReaderGuard, "
                                 f"got {type(reader_guard).__name__}")
-    return (ReaderGuard(), True) if reader_guard and not trusted else (None, False)
+    if not reader_guard or trusted:
+        yield None
+        return
+    shared = _process_guard()
+    if shared.lock.acquire(blocking=False):
+        try:
+            shared.warm()
+            yield shared
+        finally:
+            shared.finish()
+            shared.lock.release()
+    else:
+        with ReaderGuard() as own:
+            yield own
+
+
+def _process_guard():
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared._pid != os.getpid():  # (a forked process: a helper of its own)
+            _shared = ReaderGuard(idle_seconds=IDLE_SECONDS, start=False)
+        return _shared
+
+
+@atexit.register
+def _end_process_guard():
+    if _shared is not None and _shared._pid == os.getpid():
+        _shared.close()
 
 
 class ReaderGuard:
     """A helper process that reads kernel modules first. A load holds `lock` while it
     uses it: `submit` the kernels' modules, `screen(name)` each before reading it here,
-    then `finish()`. `close()` ends the helper."""
+    then `finish()`. `close()` ends the helper; a later `submit` starts another (as
+    after a crash). `idle_seconds`: end the helper after that long unused."""
 
-    def __init__(self):
+    def __init__(self, idle_seconds=None, start=True):
         self.lock = threading.Lock()
-        self._child = None
-        self._start()
+        self._child, self._pid, self._idle, self._timer = None, os.getpid(), idle_seconds, None
+        if start:
+            self._start()
+
+    def warm(self):
+        """Start the helper now, if it is not running (a load's first step: it starts
+        while the plan is verified)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._child is None or self._child.poll() is not None or self._pid != os.getpid():
+            self._start()
 
     def _start(self):
         import jaxlib
@@ -88,8 +146,7 @@ class ReaderGuard:
     def submit(self, modules):
         """Send [(kernel name, module bytes)] to the helper, in the order `screen` will
         ask for them: a thread writes them while this one goes on."""
-        if self._child is None or self._child.poll() is not None or self._pid != os.getpid():
-            self._start()
+        self.warm()
         modules = [(name, memoryview(data).cast("B")) for name, data in modules]
         self._pending.extend((name, data.nbytes) for name, data in modules)
         stdin = self._child.stdin
@@ -142,6 +199,17 @@ class ReaderGuard:
         for writer in self._writers:
             writer.join(DRAIN_TIMEOUT)
         self._writers = [w for w in self._writers if w.is_alive()]
+        if self._idle is not None and self._child is not None:
+            self._timer = threading.Timer(self._idle, self._close_if_idle)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _close_if_idle(self):
+        if self.lock.acquire(blocking=False):  # (a load under way keeps it)
+            try:
+                self.close()
+            finally:
+                self.lock.release()
 
     def _wait_ready(self):
         if not self._ready:

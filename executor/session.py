@@ -12,7 +12,6 @@ arrays of the storage dtype skips this) and the returned outputs (XLA allocates 
 program's results); offsets and constants were placed at load.
 """
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -97,9 +96,9 @@ class Session:
     largest workspace of the kernels as compiled here.
     `reader_guard`: where the plan is not trusted, a helper process reads each kernel's
     module before this one does, so that a module that crashes StableHLO's reader is a
-    PlanError, not this process's end (`executor.reader_guard`). None: a helper for this
-    load unless AOTPLAN_READER_GUARD=0; True or False; or a `ReaderGuard` the caller
-    keeps for many loads (its helper is started once).
+    PlanError, not this process's end (`executor.reader_guard`). None: the process's
+    helper (started by the first load, ended after a minute unused) unless
+    AOTPLAN_READER_GUARD=0; True or False; or a `ReaderGuard` the caller keeps.
     `device`: a jax Device, a platform name or None, as `load` takes it
     (`resolve_device`); checked before anything else. The kernels are compiled for it
     (native executables are loaded onto it) and the arena, the constants, the offset
@@ -120,18 +119,12 @@ class Session:
                 self._load(plan, device, warmup, trusted, progress, jobs, max_memory, _parent)
             return
         # (started first, so that it starts while the plan is verified)
-        guard, owned = reader_guard_for(reader_guard, trusted)
-        self._reader_guard = guard
-        try:
-            with guard.lock if guard else contextlib.nullcontext():
-                try:
-                    with jax.transfer_guard("allow"):  # (the load's own transfers)
-                        self._load(plan, device, warmup, trusted, progress, jobs, max_memory, _parent)
-                finally:
-                    if guard is not None:
-                        guard.close() if owned else guard.finish()
-        finally:
-            self._reader_guard = None
+        with reader_guard_for(reader_guard, trusted) as self._reader_guard:
+            try:
+                with jax.transfer_guard("allow"):  # (the load's own transfers)
+                    self._load(plan, device, warmup, trusted, progress, jobs, max_memory, _parent)
+            finally:
+                self._reader_guard = None
 
     def _load(self, plan, device, warmup, trusted, progress, jobs, max_memory, parent):
         """`parent`: the session of a plan's first method, where this one loads a further

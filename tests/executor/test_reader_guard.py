@@ -108,29 +108,60 @@ def _helper(tmp_path, monkeypatch, body):
     monkeypatch.setattr(reader_guard, "_HELPER", str(script))
 
 
+# (these stand-in helpers run in a ReaderGuard of the test's own: the process's helper
+# may be running already, started with the real script)
+
 def test_a_helper_that_dies_names_the_kernel_and_its_signal(tmp_path, monkeypatch, golden):
     _helper(tmp_path, monkeypatch, "sys.stderr.write('reader: gone\\n'); sys.stderr.flush(); "
                                    "os.kill(os.getpid(), signal.SIGSEGV)")
     with pytest.raises(PlanError, match=rf"kernel '{golden.kernels[0].name}': its module crashes StableHLO's "
                                         r"bytecode reader \(in a helper process: it was killed by SIGSEGV: "
-                                        r"reader: gone\)"):
-        executor.load(GOLDEN, warmup=False)
+                                        r"reader: gone\)"), ReaderGuard() as guard:
+        executor.load(GOLDEN, warmup=False, reader_guard=guard)
 
 
 def test_a_helper_that_hangs_is_ended_and_named(tmp_path, monkeypatch, golden):
     _helper(tmp_path, monkeypatch, "time.sleep(600)")
     monkeypatch.setattr(reader_guard, "module_timeout", lambda nbytes: 1.0)
     with pytest.raises(PlanError, match=f"kernel '{golden.kernels[0].name}': StableHLO's bytecode reader did not "
-                                        "finish reading its module in 1 s"):
-        executor.load(GOLDEN, warmup=False)
+                                        "finish reading its module in 1 s"), ReaderGuard() as guard:
+        executor.load(GOLDEN, warmup=False, reader_guard=guard)
 
 
 def test_a_helper_that_does_not_start_says_how_to_do_without(tmp_path, monkeypatch):
     script = tmp_path / "helper.py"
     script.write_text("import sys\nsys.exit(7)\n")
     monkeypatch.setattr(reader_guard, "_HELPER", str(script))
-    with pytest.raises(AotplanError, match="did not start .*status 7.*AOTPLAN_READER_GUARD=0"):
+    with pytest.raises(AotplanError, match="did not start .*status 7.*AOTPLAN_READER_GUARD=0"), \
+            ReaderGuard() as guard:
+        executor.load(GOLDEN, warmup=False, reader_guard=guard)
+
+
+def test_the_process_helper_serves_loads_in_a_row_and_ends_when_idle(monkeypatch):
+    monkeypatch.setattr(reader_guard, "_shared", None)
+    monkeypatch.setattr(reader_guard, "IDLE_SECONDS", 0.5)
+    executor.load(GOLDEN, warmup=False)
+    shared = reader_guard._shared
+    first = shared._child.pid
+    executor.load(GOLDEN, warmup=False)
+    assert shared._child is not None and shared._child.pid == first  # one helper for both loads
+    shared._timer.join(10)
+    assert shared._child is None  # ended once idle
+    executor.load(GOLDEN, warmup=False)
+    assert shared._child is not None and shared._child.pid != first  # the next load starts another
+    shared.close()
+
+
+def test_a_load_that_finds_the_process_helper_busy_starts_its_own(monkeypatch):
+    monkeypatch.setattr(reader_guard, "_shared", None)
+    shared = reader_guard._process_guard()
+    started = []
+    real = ReaderGuard._start
+    monkeypatch.setattr(ReaderGuard, "_start", lambda self: (started.append(self), real(self)))
+    with shared.lock:  # (another thread's load)
         executor.load(GOLDEN, warmup=False)
+    assert started and all(g is not shared for g in started)
+    assert shared._child is None  # (never started: the load did not wait for it)
 
 
 @pytest.mark.parametrize("how", ["trusted", "argument", "environment"])
