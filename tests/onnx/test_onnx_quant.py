@@ -62,7 +62,8 @@ def test_float16_scale_divides_in_float16():
 
 def test_qdq_conv_net_within_one_quantum():
     """Conv -> Relu -> Conv in QDQ form (what quantize_static writes): onnxruntime
-    runs QLinearConv with integer requantization, we float math between the pairs."""
+    runs QLinearConv with integer requantization, we float math between the pairs, as
+    the QDQ graph says."""
 
     nodes, inits = [], []
 
@@ -90,10 +91,23 @@ def test_qdq_conv_net_within_one_quantum():
     nodes.append(N("Identity", [out], ["y"]))
     m = om.model(nodes, [om.vi("x", TP.FLOAT, [1, 3, 12, 12])], [om.vi("y", TP.FLOAT)], inits, opset=13)
     x = R.standard_normal((1, 3, 12, 12)).astype(np.float32)
-    want = om.run_ort(m, {"x": x})["y"]
-    _, sess = om.check(m, {"x": x}, modes=("sink",), want={"y": want}, rtol=0, atol=0.05 + 1e-6)
+    # within one quantum of the QDQ graph's own semantics (onnx's reference evaluator):
+    # float math between the pairs, as we run it
+    from onnx.reference import ReferenceEvaluator
+
+    m19 = onnx.ModelProto()
+    m19.CopyFrom(m)
+    m19.opset_import[0].version = 19  # (its evaluator has these ops from opset 19: the same for them)
+    spec = ReferenceEvaluator(m19).run(None, {"x": x})[0]
+    _, sess = om.check(m, {"x": x}, modes=("sink",), want={"y": spec}, rtol=0, atol=0.05 + 1e-6)
     got = sess.run({"x": x})["y"]
-    assert np.mean(got == want) > 0.95, np.mean(got == want)  # most outputs are the same quantum
+    assert np.mean(got == spec) > 0.99, np.mean(got == spec)  # (summed in another order: a rare quantum off)
+    # onnxruntime fuses each pair into QLinearConv and requantizes in integers; on a CPU
+    # without VNNI its u8 x s8 products can saturate (on an AMD EPYC here it was 34 quanta
+    # off the graph's semantics on one seed): compared only where it holds to them
+    want = om.run_ort(m, {"x": x})["y"]
+    if np.abs(want - spec).max() <= 0.05 + 1e-6:
+        assert np.mean(got == want) > 0.95, np.mean(got == want)
 
 
 @pytest.mark.parametrize("nodes, inits, match", [
