@@ -18,7 +18,9 @@ def _conv_node(nd, s, d, pads, g):
                                                          "pads": list(pads), "group": g}))
 
 
-@pytest.mark.parametrize("nd,channels_last", [(1, False), (1, True), (2, False), (2, True), (3, False)])
+# (1-D and 3-D channels-first in the slow tier: CI time)
+@pytest.mark.parametrize("nd,channels_last", [pytest.param(1, False, marks=pytest.mark.slow), (1, True), (2, False),
+                                              (2, True), pytest.param(3, False, marks=pytest.mark.slow)])
 def test_banded_convolution_equals_the_whole_one(nd, channels_last):
     """Band counts (more bands than output rows included), strides, dilations,
     top/bottom padding and groups: the banded result is the whole convolution's, and

@@ -208,7 +208,7 @@ def test_policies_match_reference(model, policy, mode):
 
 
 @pytest.mark.parametrize("policy", ["nhwc", "aligned", "blocked", "auto"])
-@pytest.mark.parametrize("name", ["cnn", "transformer", "mlp"])
+@pytest.mark.parametrize("name", ["cnn", pytest.param("transformer", marks=pytest.mark.slow), "mlp"])  # (CI time)
 def test_examples_match_reference_under_policies(name, policy):
     import os
 

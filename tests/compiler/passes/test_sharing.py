@@ -224,7 +224,9 @@ def test_concat_inputs_placed_in_their_slices(batch):
     np.testing.assert_allclose(seen["b"], ref["b"], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+# (the transformer in the slow tier: CI time)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "transformer" else n
+                                  for n in EXAMPLE_NAMES])
 def test_every_planner_gives_identical_outputs(kernel_examples, name):
     """Kernel mode (every tensor at its offset): each planner's placement gives the same
     numbers, bit for bit, as the default's."""
