@@ -3,8 +3,9 @@
 per plan, the time to read the kernels' modules and check them, against the whole
 load (`executor.load`, no warm-up) in the same process, medians over repeats; and
 what the reader guard adds (`executor/reader_guard.py`: a helper process reads the
-modules first): the load with it (the default for an unsigned plan) against the load
-without it (reader_guard=False), and with one kept guard (reader_guard=ReaderGuard()).
+modules first): the load without it (reader_guard=False) against the load with a
+helper started for it (a process's first unsigned load) and with a helper already
+running (the process's helper, or a kept ReaderGuard: the loads that follow).
 
     python scripts/bench_kernel_check.py [--repeats 5]
 
@@ -40,7 +41,7 @@ def main():
     models += [os.path.join(ROOT, "plans", "bench", n, "model.json") for n in ("resnet50", "bert4")]
     print(f"jax {jax.__version__}, {os.cpu_count()} CPUs; medians of {args.repeats}")
     print(f"{'model':<12} {'kernels':>7} {'check ms':>9} {'per kernel ms':>14} {'load ms':>8} {'check/load':>10} "
-          f"{'guarded ms':>10} {'kept guard ms':>13} {'guarded/load':>12}")
+          f"{'new helper ms':>13} {'warm helper ms':>14} {'new/load':>8} {'warm/load':>9}")
     kept = ReaderGuard()
     with tempfile.TemporaryDirectory() as work:
         for path in models:
@@ -66,7 +67,8 @@ def main():
                 executor.load(file, warmup=False, reader_guard=False)
                 loads.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                executor.load(file, warmup=False, reader_guard=True)
+                with ReaderGuard() as fresh:  # (a helper started for this load: a process's first)
+                    executor.load(file, warmup=False, reader_guard=fresh)
                 guarded.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 executor.load(file, warmup=False, reader_guard=kept)
@@ -75,7 +77,7 @@ def main():
             g, k = statistics.median(guarded) * 1e3, statistics.median(kept_loads) * 1e3
             name = os.path.basename(os.path.dirname(path))
             print(f"{name:<12} {len(wants):>7} {c:>9.1f} {c / len(wants):>14.2f} {l:>8.1f} {c / l:>10.2f} "
-                  f"{g:>10.1f} {k:>13.1f} {g / l:>12.2f}")
+                  f"{g:>13.1f} {k:>14.1f} {g / l:>8.2f} {k / l:>9.2f}")
     kept.close()
 
 

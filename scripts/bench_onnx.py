@@ -24,7 +24,9 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the repository first: tests/ has folders named like its packages (tests/compiler, ...)
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 import onnx_light  # noqa: E402
 from benchutil import timed  # noqa: E402
