@@ -4,9 +4,8 @@ before the file is read."""
 import os
 
 from aotplan.core import codec
-from aotplan.core.errors import ArgumentTypeError
 from executor import arguments, memory_limits, process
-from executor.reader_guard import ReaderGuard
+from executor import reader_guard as reader_guards
 from executor.session import Session
 
 _BYTES = (bytes, bytearray, memoryview)
@@ -42,9 +41,7 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     for flag, value in (("warmup", warmup), ("require_signature", require_signature),
                         ("trust_executables", trust_executables)):
         arguments.check_flag("executor.load", flag, value)
-    if not (reader_guard is None or isinstance(reader_guard, (bool, ReaderGuard))):
-        raise ArgumentTypeError(f"executor.load: reader_guard must be True, False, None or an "
-                                f"executor.reader_guard.ReaderGuard, got {type(reader_guard).__name__}")
+    reader_guards.check_argument("executor.load", reader_guard)
     jobs = arguments.check_jobs("executor.load", jobs)
     memory_limits.check_max_memory("executor.load", max_memory)
     arguments.check_progress(progress, "executor.load")

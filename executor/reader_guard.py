@@ -51,6 +51,13 @@ _shared = None  # the process's helper (`_process_guard`)
 _shared_lock = threading.Lock()
 
 
+def check_argument(who, reader_guard):
+    """`reader_guard` as `executor.load` and `Session` take it, or an ArgumentTypeError."""
+    if not (reader_guard is None or isinstance(reader_guard, (bool, ReaderGuard))):
+        raise ArgumentTypeError(f"{who}: reader_guard must be True, False, None or an "
+                                f"executor.reader_guard.ReaderGuard, got {type(reader_guard).__name__}")
+
+
 @contextlib.contextmanager
 def for_load(reader_guard, trusted):
     """Yields the ReaderGuard a load uses (None: none), held for that load alone.
@@ -69,11 +76,9 @@ def for_load(reader_guard, trusted):
             finally:
                 reader_guard.finish()
         return
+    check_argument("Session", reader_guard)
     if reader_guard is None:
         reader_guard = os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-    elif not isinstance(reader_guard, bool):
-        raise ArgumentTypeError(f"reader_guard must be True, False, None or an executor.reader_guard.ReaderGuard, "
-                                f"got {type(reader_guard).__name__}")
     if not reader_guard or trusted:
         yield None
         return

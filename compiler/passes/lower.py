@@ -105,6 +105,7 @@ class _Exporter:
         bytes, relayouts) once XLA has compiled the kernel; `constant_args`: the
         indices of the arguments that are constants."""
         fn.__name__ = name
+        constants = set(constant_args)
         jitted = jax.jit(fn, donate_argnums=kernels.donated(donate))
         host = host_platform()
         with jax_config.traceback_in_locations_limit(0):
@@ -127,7 +128,7 @@ class _Exporter:
             nat = native.serialize(compiled, self.native_for) if native_ok else b""
             hlo = compiled.as_text() or ""
             # (the compiled program's parameters: the arguments the export kept)
-            params = [n for n, i in enumerate(here.module_kept_var_idx) if i in set(constant_args)]
+            params = [n for n, i in enumerate(here.module_kept_var_idx) if i in constants]
             return blob, temp, alias, nat, (*cformats.count_relayouts(hlo), constant_moves.count(hlo, params))
 
         if self.pool is None:
@@ -386,8 +387,8 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
         if dynamic:
             specs.append(jax.ShapeDtypeStruct((n_off,), jnp.int32))
         specs += [_spec(recs[t]) for t in feeds]
-        first_pool = 2 if stateful else 1
-        compiled = export(name, fn, specs, 2 if stateful else 1, range(first_pool, first_pool + len(pool_reads)))
+        first_pool = 2 if stateful else 1  # (after the arena and the state buffer: the buffers it donates)
+        compiled = export(name, fn, specs, first_pool, range(first_pool, first_pool + len(pool_reads)))
 
         def kernel():
             blob, temp, alias, nat, moves = compiled()
