@@ -13,7 +13,6 @@ program's results); offsets and constants were placed at load.
 """
 
 import dataclasses
-import logging
 import os
 import threading
 import time
@@ -22,16 +21,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from aotplan.core import dtypes, formats, kernels, verify
+from aotplan.core import dtypes, formats, verify
 from aotplan.core.errors import ArgumentTypeError, FeedError, ForkError, PlanError
-from aotplan.core.kernels import adopt
 from aotplan.core.plan import Plan
 from executor import feeds as feed_checks
 from executor import kernel_loader, memory_limits, ort_api, process, states
+from executor.adoption import NativeAdoption
 from executor.arguments import check_progress, resolve_device, short
+from executor.method_sessions import Buffers, FirstMethod, buffer
 from executor.reader_guard import for_load as reader_guard_for
 
-log = logging.getLogger("aotplan.executor")
 
 
 def _host_is_device(device):
@@ -40,39 +39,7 @@ def _host_is_device(device):
     return device.platform == "cpu"
 
 
-class _Buffers:
-    """The device buffers a session's steps replace (every kernel donates them and
-    returns the new ones), shared by the sessions of a plan's methods."""
-
-    __slots__ = ("arena", "state", "state_lost")
-
-    def __init__(self):
-        self.arena = self.state = None
-        self.state_lost = False
-
-
-class _FirstMethod:
-    """The session of a plan of several methods, as its first method: `run(feeds)`
-    runs that method (the session's own `run` asks which)."""
-
-    def __init__(self, session):
-        self._session = session
-
-    def run(self, feeds, device_outputs=False, method=None):
-        name = self._session.plan.method
-        if method not in (None, name):
-            raise FeedError(f"this is method {name!r}: run(feeds) runs it")
-        return self._session.run(feeds, device_outputs, method=name)
-
-    def __getattr__(self, name):
-        return getattr(self._session, name)
-
-
-def _buffer(name):
-    return property(lambda self: getattr(self._buf, name), lambda self, v: setattr(self._buf, name, v))
-
-
-class Session:
+class Session(NativeAdoption):
     """`warmup`: run one step on zero inputs while loading, so that one-time runtime
     set-up (thread pools, library kernels built on first use, on a GPU module loading)
     is paid in load time, not in the first request. It costs about one step; with
@@ -147,7 +114,7 @@ class Session:
             memory_limits.check_max_memory("Session", max_memory)
             progress = progress or (lambda what: None)
             self._lock = threading.Lock()
-            self._buf = _Buffers()
+            self._buf = Buffers()
             self._placed = {}  # (memory_limits.constant_key) -> a pool constant's device array, shared by methods
             progress("verifying the plan")
             verify.verify(plan)
@@ -247,7 +214,7 @@ class Session:
         else:
             self._pending_adopt = loaded.to_adopt or None
 
-    _arena, _state, _state_lost = _buffer("arena"), _buffer("state"), _buffer("state_lost")
+    _arena, _state, _state_lost = buffer("arena"), buffer("state"), buffer("state_lost")
 
     @property
     def kernel_paths(self):
@@ -267,7 +234,7 @@ class Session:
         method: {"": self}). Each one's `run(feeds)` runs that method."""
         if not self._children:
             return {self.plan.method: self}
-        return {self.plan.method: _FirstMethod(self), **self._children}
+        return {self.plan.method: FirstMethod(self), **self._children}
 
     def _bind(self, kernels_):
         """Point the launches, the sink and the input, output and place kernels at
@@ -287,78 +254,6 @@ class Session:
         place = kernels_[plan.place_kernel] if plan.place_kernel >= 0 else None
         self._kernels, self._launches, self._in_kernel, self._out_kernel = kernels_, launches, in_kernel, out_kernel
         self._sink, self._state_sink, self._place = sink, state_sink, place
-
-    def _start_adopting(self):
-        """Start `_adopt` in a background thread, once; where no thread can start
-        (Python refuses new threads at interpreter shutdown), `wait_ready` adopts in
-        the caller's thread instead. Never raises: the step that called it is done."""
-        with self._lock:  # (wait_ready reads _adopting under it: never a thread not yet started)
-            todo, self._to_adopt = self._to_adopt, None
-            if not todo:
-                return
-            thread = threading.Thread(target=self._adopt, args=(todo,), name="aotplan-adopt")
-            try:
-                thread.start()
-            except RuntimeError:
-                self._adopt_here = todo
-                return
-            self._adopting = thread
-
-    def _adopt(self, todo, pause=0.002):
-        """Gives each native executable jax's own call path (`kernels.adopt`: a
-        stand-in's lowering, a few ms a kernel and, the first time in a process, 20-30
-        ms of jax's set-up), then swaps them in under the session's lock. Run in a
-        background thread started after the first step; until then the kernels are
-        called from Python (`native.NativeKernel`: the same executables). A kernel jax
-        cannot adopt stays so, said once in the log and in `kernel_paths`. `pause`: the
-        first step's caller takes its outputs first (this thread holds Python's GIL
-        while it lowers, and a thread asking for it may wait 5 ms, the switch interval)."""
-        time.sleep(pause)
-        t0 = time.perf_counter()
-        adopted, paths = {}, {}
-        for ki, exe, exp, donate in todo:
-            name = self.plan.kernels[ki].name
-            try:
-                compiled, path = adopt(exe, exp, donate, self.device)
-                if compiled is None:
-                    raise RuntimeError("this jax's internals differ from those aotplan knows")
-                adopted[ki], paths[name] = compiled, path
-            except Exception as e:
-                paths[name] = kernels.NATIVE_FROM_PYTHON
-                log.warning("aotplan: kernel %r: its native executable stays called from Python (slower steps): "
-                            "jax's call path could not be given to it (%s: %s)", name, type(e).__name__, e)
-        with self._lock:
-            try:
-                self._bind({**self._kernels, **adopted})
-            except Exception as e:  # (the session keeps its kernels as they were: all called from Python)
-                log.warning("aotplan: the native kernels stay called from Python (slower steps): %s: %s",
-                            type(e).__name__, e)
-                paths = {self.plan.kernels[ki].name: kernels.NATIVE_FROM_PYTHON for ki, *_ in todo}
-            self._kernel_paths.update(paths)
-            self.adopt_seconds = time.perf_counter() - t0
-
-    def wait_ready(self, timeout=None):
-        """Wait until every kernel has its final call path -> whether it has (False
-        only when `timeout`, in seconds, ran out). A native plan's kernels are first
-        called from Python, which needs no lowering, so that a first output comes 20-30
-        ms sooner in a fresh process; after the first step a background thread gives
-        them jax's own call path (`_adopt`; docs/design.md, "Adoption after the first
-        step", has the step times on either side).
-        Steps in between are correct, only slower, and may wait for that thread
-        (Python's GIL) for a few ms; a host that wants every step at full speed from
-        the first calls this after load."""
-        if self._to_adopt is not None:
-            self._start_adopting()
-        with self._lock:
-            thread, here, self._adopt_here = self._adopting, self._adopt_here, None
-        with self._adopting_here:  # no thread could start: adopt in this one (others wait for it)
-            if here:
-                self._adopt(here, pause=0)
-        ready = all([child.wait_ready(timeout) for child in self._children.values()])
-        if thread is not None:
-            thread.join(timeout)
-            return not thread.is_alive() and ready
-        return ready
 
     def _fresh_arena(self):
         """A new arena as load leaves it: zeros, the arena constants placed. Every

@@ -222,7 +222,7 @@ def test_native_kernel_jax_cannot_adopt_stays_called_from_python(native_plan, tm
     """Where the background adoption fails, the kernel keeps its direct call (same
     numbers), and the log (once) and `kernel_paths` (so `replay`'s load line) say so."""
     from aotplan.core import kernels
-    from executor import session as session_mod
+    from executor import adoption
 
     graph, plan = native_plan
     path = _write(tmp_path, plan)
@@ -232,7 +232,7 @@ def test_native_kernel_jax_cannot_adopt_stays_called_from_python(native_plan, tm
     def fail(*args):
         raise RuntimeError("no")
 
-    monkeypatch.setattr(session_mod, "adopt", fail)
+    monkeypatch.setattr(adoption, "adopt", fail)
     sess = executor.load(path, trust_executables=True)
     with caplog.at_level(logging.WARNING, logger="aotplan"):
         assert sess.wait_ready(timeout=120)
