@@ -16,7 +16,7 @@ from aotplan.core.errors import ModelError
 from compiler import methods, pipeline
 from compiler.frontends.states import declare as declare_states
 
-_KNOWN = {f.name for f in dataclasses.fields(pipeline.Options)} - {"launch", "targets"}
+_KNOWN = {f.name for f in dataclasses.fields(pipeline.Options)} - {"launch", "targets", *pipeline.RESOLVED_FIELDS}
 
 
 def compile(model, *, input_shapes=None, freeze=None, states=None, state_inits=None, launch="sink", target="host",

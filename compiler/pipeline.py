@@ -10,13 +10,13 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from aotplan.core import debug, dtypes, kernels, verify
+from aotplan.core import debug, dtypes, verify
 from aotplan.core.plan import WEIGHT_PLACEMENTS
-from aotplan.core.errors import ModelError
+from aotplan.core.errors import InternalError, ModelError
 from compiler import search
 from compiler.passes import (
-    bn_fold, cse, dce, emit, fold, group, identity, infer, layout, liveness, lower, plan_memory, schedule, state,
-    unroll, validate, views, weight_layout,
+    bn_fold, cse, dce, emit, fold, format_cost, group, identity, infer, layout, liveness, lower, plan_memory, schedule,
+    state, unroll, validate, views, weight_layout,
 )
 from aotplan.core import formats, intervals
 
@@ -74,6 +74,10 @@ class Options:
     jobs: int = 0  # XLA compiles at once while lowering; 0: xla_options.default_jobs() (the plan is the same)
     inline_bytes: int = INLINE_BYTES  # sink/fused, weights in the pool: constants compiled into kernels, at most
     max_unrolled_nodes: int = unroll.MAX_UNROLLED_NODES  # nodes all of an ONNX model's loops may write, unrolled
+    # (set by `resolve`, once, before any pass: the storage-format cost table of the
+    # first target, read from compiler/calibration/, or None where it was not measured)
+    cost_table: object = dataclasses.field(default=None, compare=False, repr=False)
+    resolved: bool = dataclasses.field(default=False, compare=False, repr=False)
 
     def runs(self, name):
         if name == "weight_layout" and self.platforms() != ("cpu",):
@@ -81,12 +85,27 @@ class Options:
         return name not in self.disabled
 
     def platforms(self):
-        """The platforms the kernels are exported for: `targets`, or this host's."""
-        if self.targets:
-            return tuple(self.targets)
-        import jax
+        """The platforms the kernels are exported for: `targets`, which `resolve` sets
+        to this host's where none were named."""
+        if not self.targets:
+            raise InternalError("the options' platforms were asked for before pipeline.resolve(options)")
+        return tuple(self.targets)
 
-        return (kernels.export_platform(jax.devices()[0].platform),)
+
+RESOLVED_FIELDS = ("cost_table", "resolved")  # (not options a caller sets)
+
+
+def resolve(options):
+    """-> `options` with what depends on the build host decided, once, before any pass
+    runs: `targets` (this host's platform where none were named) and `cost_table`.
+    Idempotent; the passes read these fields and never ask JAX or the file system."""
+    if options.resolved:
+        return options
+    unknown = sorted(set(options.targets) - set(TARGETS))
+    if unknown:
+        raise ModelError(f"unknown target {unknown[0]!r} (choose from {', '.join(TARGETS)})")
+    targets = tuple(options.targets) or (lower.host_platform(),)
+    return dataclasses.replace(options, targets=targets, cost_table=format_cost.load(targets[0]), resolved=True)
 
 
 @dataclass(frozen=True)
@@ -118,6 +137,7 @@ class Result:
 
 def prepare(graph, options=Options()):
     """The front half, shared with `compiler.reference`: -> (graph, order, info)."""
+    options = resolve(options)
     graph = validate.run(graph)
     debug.log(1, f"validate: {len(graph.nodes)} nodes, {len(graph.inputs)} inputs, {len(graph.constants)} constants")
     unknown = sorted(options.disabled - set(CLEANUP_PASSES))
@@ -172,10 +192,12 @@ class Front:
 
 def front(graph, options=Options()):
     """Graph -> Front: the options checked, `prepare`, then the layout pass."""
+    options = resolve(options)
     check_options(options)
     graph, order, info = prepare(graph, options)
     state.check_types(graph, info)
-    lay = layout.run(graph, order, info, options.format_policy, options.platforms()[0], launch=options.launch)
+    lay = layout.run(graph, order, info, options.format_policy, options.platforms()[0], launch=options.launch,
+                     table=options.cost_table)
     debug.log(1, f"layout[{lay.policy}]: {lay.conversions} conversions, "
                  f"{sum(1 for n in lay.order if n.attr('format', 'default') != 'default')} nodes in another format")
     return Front(lay.graph, tuple(lay.order), lay.info, lay)
@@ -183,6 +205,7 @@ def front(graph, options=Options()):
 
 def plan_graph(graph, options=Options(), cuts=frozenset()):
     """Graph -> Planned (`front`, then `plan_front`)."""
+    options = resolve(options)
     return plan_front(front(graph, options), options, cuts)
 
 
@@ -307,9 +330,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     methods of one plan share an arena: `compiler.methods`); fused groups are then not
     split (a split would change the plan's arena)."""
     t0 = time.perf_counter()
-    unknown = sorted(set(options.targets) - set(TARGETS))
-    if unknown:
-        raise ModelError(f"unknown target {unknown[0]!r} (choose from {', '.join(TARGETS)})")
+    options = resolve(options)
     platforms = options.platforms()
     if options.embed_native and lower.host_platform() not in platforms:
         raise ModelError(f"cannot embed executables: they are compiled for this host's device "

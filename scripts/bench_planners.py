@@ -2,6 +2,7 @@
 
     python scripts/bench_planners.py [--sizes 1000,10000,100000] [--shapes chain,dag]
                                      [--planners naive,greedy_by_size] [--seed 0] [--repeat 1]
+    python scripts/bench_planners.py --real [--repeat 1]
 
 Sizes are log-uniform, 256 B .. 16 MiB, alignment 64; the table order is shuffled. Shapes:
   chain        CNN-like: one tensor per step read by the next step or two, 8% skip
@@ -19,6 +20,23 @@ plus `paper`, the worked example of Pisarchyk & Lee (arXiv 2001.03288), alignmen
 The lower bound is the peak live bytes; every plan is checked with find_overlap (its
 time is the `(find_overlap)` row). Times are wall-clock seconds on this machine, the
 least of --repeat runs (the planners are deterministic; the machine may not be).
+
+--real: the interval sets of real graphs instead, as plan_memory sees them (the front half
+of a compile, `pipeline.plan_graph`, launch="kernel": every node its own launch, the most
+tensors; no XLA), and greedy_by_size / greedy_by_breadth through compiler.planners (the
+best-fit engine) against the direct O(n^2) transcriptions of TFLite's planners in
+tests/tflite_reference.py (the offsets must be equal). Graphs: plans/examples/*/model.json,
+the benchmark families of scripts/gen_models.py (built in memory), the real architectures
+that the onnx wheel ships (onnx/backend/test/data/light, as in tests/onnx_light.py; shipped
+placeholder weights), and the example decoder (plans/examples/decoder/build.py, KV caches
+as states) at the depths of GPT-2 small (12 layers), Llama-2-7B (32) and Llama-2-70B (80).
+Sets run in order of size; a reference run whose estimate (its seconds per n^2 on the
+largest set so far) exceeds REF_LIMIT_S is skipped. Columns: nodes of the graph, n
+intervals (with bytes), the front half's seconds (with the naive planner), then for each
+planner the seconds of the engine, of the reference and their ratio, and of `fit`: the
+package's order of placement (greedy.py) with the reference's O(n^2) best-fit loop in
+place of the engine, and its ratio; last the seconds of `best` (the pipeline's default
+planner, through the engine).
 """
 
 import argparse
@@ -33,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from aotplan.core import formats, intervals  # noqa: E402
 from aotplan.core.intervals import Interval  # noqa: E402
 from compiler import planners  # noqa: E402
+from compiler.planners import greedy, layout  # noqa: E402
 
 PAPER = [(0, 1, 32), (1, 4, 28), (2, 5, 36), (3, 5, 16), (4, 5, 8), (5, 7, 64), (6, 8, 10), (7, 8, 40)]
 
@@ -140,6 +159,120 @@ def bench(label, ivs, alignment, names, repeat=1):
         row(label, len(ivs), name, f"{arena / bound:.4f}" if bound else "-", dt)
 
 
+REF_LIMIT_S = 60.0
+DECODER_DEPTHS = (12, 32, 80)
+
+
+def real_graphs():
+    """-> [(label, () -> Graph)]: the real graphs, each built when called."""
+    import glob
+    import importlib.util
+
+    import gen_models
+    from aotplan.cli.models import load_model, with_states
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = []
+    for path in sorted(glob.glob(os.path.join(root, "plans", "examples", "*", "model.json"))):
+        out.append((f"ex:{os.path.basename(os.path.dirname(path))}", lambda path=path: load_model(path, ())[0]))
+    for name, fn in gen_models.FAMILIES.items():
+        out.append((f"bench:{name}", fn))
+    try:
+        import onnx  # noqa: F401  (optional dependency)
+    except ImportError:
+        print("(onnx is not installed: no ONNX models)", flush=True)
+        return out
+    import onnx_light
+    from compiler.frontends import onnx_import
+
+    for name in onnx_light.LIGHT:
+        path = onnx_light.light_path(name)
+        if os.path.exists(path):
+            out.append((f"onnx:{name}", lambda path=path: load_model(path, ())[0]))
+    spec = importlib.util.spec_from_file_location("decoder_build", os.path.join(root, "plans", "examples", "decoder",
+                                                                                "build.py"))
+
+    def decoder(layers):
+        build = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(build)
+        build.LAYERS = layers  # the module's constant: weights(), build() and cache_names() read it
+        g = onnx_import.convert(build.build(build.PROMPT), name=f"decoder{layers}")
+        return with_states(g, "", tuple(f"{o}={i}" for o, i in build.cache_names()))[0]
+
+    for layers in DECODER_DEPTHS:
+        out.append((f"dec:prefill-x{layers}", lambda layers=layers: decoder(layers)))
+    return out
+
+
+def timed(fn, repeat):
+    dt, res = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        res = fn()
+        dt = min(dt, time.perf_counter() - t0)
+    return res, dt
+
+
+def real(repeat=1):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    from tflite_reference import ref_best_fit, ref_breadth_order, ref_size_order
+    from compiler import pipeline
+
+    alignment = formats.ALIGNMENT
+    options = pipeline.Options(launch="kernel", planner="naive", targets=("cpu",))
+    sets = []
+    for label, build in real_graphs():
+        graph = build()
+        t0 = time.perf_counter()
+        ivs = list(pipeline.plan_graph(graph, options).live.intervals)
+        sets.append((len(ivs), label, len(graph.nodes), ivs, time.perf_counter() - t0))
+    sets.sort(key=lambda s: (s[0], s[1]))
+    refs = {
+        "greedy_by_size": lambda ivs: ref_best_fit(ivs, alignment, ref_size_order(ivs)),
+        "greedy_by_breadth": lambda ivs: ref_best_fit(ivs, alignment, ref_breadth_order(ivs, alignment)),
+    }
+    # `fit`: the package's order of placement (greedy.py, numpy), then the reference's
+    # O(n^2) best-fit loop in place of the engine: what the engine alone saves
+    fits = {
+        "greedy_by_size": lambda ivs: ref_best_fit(ivs, alignment, greedy.size_order(layout.columns(ivs))),
+        "greedy_by_breadth": lambda ivs: ref_best_fit(ivs, alignment,
+                                                      greedy.breadth_order(layout.columns(ivs), alignment).tolist()),
+    }
+    per_n2 = dict.fromkeys(refs, 0.0)  # reference seconds / n^2, of the largest set so far
+    print(f"{'graph':<20} {'nodes':>5} {'n':>5} {'bytes>0':>7} {'front s':>7} | "
+          + " | ".join(f"{p + ': engine':>15} {'ref':>8} {'ref/eng':>7} {'fit':>8} {'fit/eng':>7}"
+                       for p in ("size", "breadth")) + f" | {'best s':>7}")
+    totals = {"engine": 0.0, "ref": 0.0, "fit": 0.0}
+    for n, label, nodes, ivs, front_s in sets:
+        cells = []
+        for name, ref in refs.items():
+            offsets, eng = timed(lambda: planners.PLANNERS[name](ivs, alignment), repeat)
+            assert intervals.find_overlap(ivs, offsets) is None, (label, name)
+            totals["engine"] += eng
+            estimate = per_n2[name] * n * n
+            if estimate > REF_LIMIT_S:
+                cells.append(f"{eng:>15.4f} {'skipped >60 s':>16} {'':>16}")
+                continue
+            want, dt = timed(lambda: ref(ivs), repeat)
+            assert offsets == want, f"{label}: {name} differs from the reference"
+            got, fit = timed(lambda: fits[name](ivs), repeat)
+            assert got == want, f"{label}: {name}: the package's order + ref_best_fit differs from the reference"
+            totals["ref"] += dt
+            totals["fit"] += fit
+            if n:
+                per_n2[name] = dt / (n * n)
+            cells.append(f"{eng:>15.4f} {dt:>8.4f} {dt / eng:>7.1f} {fit:>8.4f} {fit / eng:>7.1f}")
+        _, best_s = timed(lambda: planners.best(ivs, alignment), repeat)
+        print(f"{label:<20} {nodes:>5} {n:>5} {sum(1 for iv in ivs if iv.nbytes):>7} {front_s:>7.2f} | "
+              + " | ".join(cells) + f" | {best_s:>7.4f}", flush=True)
+    print(f"all sets, both planners: engine {totals['engine']:.3f} s, reference {totals['ref']:.3f} s, "
+          f"fit {totals['fit']:.3f} s")
+    for name, c in per_n2.items():
+        if c:
+            print(f"{name} reference: {c * 1e6:.3f} us * n^2 on the largest set; 1 s at n ~ {int((1 / c) ** 0.5)}, "
+                  f"{REF_LIMIT_S:.0f} s at n ~ {int((REF_LIMIT_S / c) ** 0.5)}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,10000,100000")
@@ -147,7 +280,12 @@ def main(argv=None):
     ap.add_argument("--planners", default=",".join(planners.PLANNERS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=1, help="time each planner this many times, report the least")
+    ap.add_argument("--real", action="store_true",
+                    help="real graphs' interval sets: the engine against tests/tflite_reference.py")
     args = ap.parse_args(argv)
+    if args.real:
+        real(args.repeat)
+        return
     names = args.planners.split(",")
     print(f"{'set':<12} {'n':>7} {'planner':<18} {'arena/lb':>9} {'seconds':>8}")
     bench("paper", [Interval(t, f, l, b, 1, "intermediate") for t, (f, l, b) in enumerate(PAPER)], 1, names,

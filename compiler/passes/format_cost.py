@@ -108,11 +108,11 @@ def estimate(order, info, fmts, table):
     return total
 
 
-def choose(target, lay_out):
-    """-> (chosen layout, {policy: predicted seconds}). `lay_out(policy)` lays the model
-    out under a policy (passes/layout.run). Launch-by-launch plans only: layout.run
-    says why sink plans do without."""
-    table = load(target)
+def choose(table, lay_out):
+    """-> (chosen layout, {policy: predicted seconds}) under the cost `table` (`load`;
+    None: default). `lay_out(policy)` lays the model out under a policy
+    (passes/layout.run). Launch-by-launch plans only: layout.run says why sink plans do
+    without."""
     default = lay_out("default")
     if table is None:
         return default, {}

@@ -128,20 +128,19 @@ def _unique(base, taken):
     return name
 
 
-def run(graph, order, info, policy="default", target="cpu", launch="kernel"):
-    """-> Layout. `launch`: the plan's launch mode. `auto` in a sink plan, on a target
-    with a cost table, is `nhwc` where some convolution can run in it, else `default`:
-    XLA plans the one program's intermediates itself, but its CPU convolutions still
-    transpose NCHW operands, which nhwc saves. Measured on 10 CNNs, nhwc was 0.60-1.01x
-    default's sink step, where the per-node table (built for launches) picked default
-    for two of them, 1.19x and 1.66x slower (docs/design.md, "Storage formats");
-    aligned and blocked slow a sink step."""
+def run(graph, order, info, policy="default", target="cpu", launch="kernel", table=None):
+    """-> Layout. `launch`: the plan's launch mode; `table`: the target's storage-format
+    cost table (passes/format_cost.py; None where it was not measured), which `auto`
+    reads. `auto` in a sink plan, on a target with a cost table, is `nhwc` where some
+    convolution can run in it, else `default`: XLA plans the one program's
+    intermediates itself, but its CPU convolutions still transpose NCHW operands, which
+    nhwc saves. Measured on 10 CNNs, nhwc was 0.60-1.01x default's sink step, where the
+    per-node table (built for launches) picked default for two of them, 1.19x and 1.66x
+    slower (docs/design.md, "Storage formats"); aligned and blocked slow a sink step."""
     if policy not in POLICIES:
         raise ModelError(f"unknown format policy {policy!r} (choose from {', '.join(POLICIES)})")
     if policy == "auto" and launch == "sink":
-        from compiler.passes import format_cost
-
-        if format_cost.load(target) is None:  # not measured on this target
+        if table is None:  # not measured on this target
             return run(graph, order, info, "default", target)
         lay = run(graph, order, info, "nhwc", target)
         if not any(n.op in ("conv", "conv2d") and n.attr("format", "default") != "default" for n in lay.order):
@@ -150,7 +149,7 @@ def run(graph, order, info, policy="default", target="cpu", launch="kernel"):
     if policy == "auto":
         from compiler.passes import format_cost
 
-        lay, est = format_cost.choose(target, lambda p: run(graph, order, info, p, target))
+        lay, est = format_cost.choose(table, lambda p: run(graph, order, info, p, target))
         return dataclasses.replace(lay, estimates=tuple(sorted(est.items())))
     fmts = {t: "default" for t in info}
     if policy == "default":

@@ -56,7 +56,7 @@ def test_compile_onnx_with_input_shape_matches_onnxruntime(tmp_path):
 
     sess = executor.load(str(out))
     # every clean-up pass (weight_layout only when the kernels are for the CPU alone)
-    assert sess.plan.passes == tuple(p for p in pipeline.CLEANUP_PASSES if pipeline.Options().runs(p))
+    assert sess.plan.passes == tuple(p for p in pipeline.CLEANUP_PASSES if pipeline.resolve(pipeline.Options()).runs(p))
     model_nodes = [n for l in sess.plan.launches for n in l.nodes if not n.startswith("transdata:")]  # formats aside
     assert model_nodes == ["Conv_0", "Relu_2", "Reshape_6", "Gemm_8", "Softmax_9"]
     x = R.standard_normal((2, 3, 8, 8)).astype(np.float32)
