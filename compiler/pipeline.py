@@ -44,7 +44,6 @@ LAUNCH_MODES = group.MODES
 TARGETS = ("cpu", "cuda")
 SCHEDULES = ("memory", "default")
 PLACEMENTS = ("auto", "always", "off")
-FORMAT_POLICIES = layout.POLICIES
 
 
 def _bound(live):
@@ -135,23 +134,60 @@ class Result:
     formats: FormatStats = None
 
 
-def prepare(graph, options=Options()):
-    """The front half, shared with `compiler.reference`: -> (graph, order, info)."""
-    options = resolve(options)
+@dataclass(frozen=True)
+class GraphPass:
+    """A graph-to-graph pass of `prepare`: `run(graph, options) -> (graph, what it did,
+    for the log)`; `optional`: named in CLEANUP_PASSES, run where `options.runs(name)`."""
+
+    name: str
+    run: object
+    optional: bool = True
+
+
+def _validate(graph, options):
     graph = validate.run(graph)
-    debug.log(1, f"validate: {len(graph.nodes)} nodes, {len(graph.inputs)} inputs, {len(graph.constants)} constants")
-    unknown = sorted(options.disabled - set(CLEANUP_PASSES))
-    if unknown:
-        raise ModelError(f"unknown pass {unknown[0]!r} (passes: {', '.join(CLEANUP_PASSES)})")
+    return graph, f"{len(graph.nodes)} nodes, {len(graph.inputs)} inputs, {len(graph.constants)} constants"
+
+
+def _fold(graph, options):
     graph, stats = fold.run(graph, options.runs("fold"), options.max_unrolled_nodes)
-    debug.log(1, f"fold: {stats.bound} static inputs bound, {stats.folded} nodes folded into constants")
-    for name, p in (("identity", identity), ("bn_fold", bn_fold), ("weight_layout", weight_layout), ("cse", cse),
-                    ("dce", dce)):
-        if options.runs(name):
-            n_before = len(graph.nodes)
-            graph, changed = p.run(graph)
-            debug.log(1, f"{name}: {changed} changes, nodes {n_before} -> {len(graph.nodes)}")
-    graph = validate.run(graph)  # a folded output is now a constant: give it its copy
+    return graph, f"{stats.bound} static inputs bound, {stats.folded} nodes folded into constants"
+
+
+def _cleanup(module):
+    def run(graph, options):
+        n_before = len(graph.nodes)
+        graph, changed = module.run(graph)
+        return graph, f"{changed} changes, nodes {n_before} -> {len(graph.nodes)}"
+
+    return run
+
+
+# prepare's passes, in order. fold always runs: "fold" off still binds static inputs
+# and evaluates what they need (passes/fold.py); validate runs again at the end, since
+# a folded output is now a constant that needs its copy.
+GRAPH_PASSES = (
+    GraphPass("validate", _validate, optional=False),
+    GraphPass("fold", _fold, optional=False),
+    *(GraphPass(name, _cleanup(module)) for name, module in (
+        ("identity", identity), ("bn_fold", bn_fold), ("weight_layout", weight_layout), ("cse", cse), ("dce", dce))),
+    GraphPass("validate", _validate, optional=False),
+)
+
+
+def prepare(graph, options=Options()):
+    """The front half, shared with `compiler.reference`: GRAPH_PASSES, then the model's
+    order and every tensor's type -> (graph, order, info)."""
+    options = resolve(options)
+    unknown = sorted(options.disabled - set(CLEANUP_PASSES))
+    for i, p in enumerate(GRAPH_PASSES):
+        if p.optional and not options.runs(p.name):
+            continue
+        graph, did = p.run(graph, options)
+        if i < len(GRAPH_PASSES) - 1:  # (the last validate: no log line, as before)
+            debug.log(1, f"{p.name}: {did}")
+        if i == 0 and unknown:  # (a model error first, then the options': as before)
+            raise ModelError(f"unknown pass {unknown[0]!r} (passes: {', '.join(CLEANUP_PASSES)})")
     order = schedule.run(graph)
     info = infer.run(graph, order)
     debug.log(1, f"infer: {len(info)} tensors")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from aotplan.core import codec, formats, model_json
+import format_ref
 from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,6 +31,11 @@ def _no_adoption_left_running():
     for t in threading.enumerate():
         if t.name == "aotplan-adopt":
             t.join(60)
+
+
+def tensor_index(plan):
+    """{tensor name: its index in plan.tensors}."""
+    return {t.name: i for i, t in enumerate(plan.tensors)}
 
 
 def one_node_graph(op, inputs, consts=(), n_out=1, **attrs):
@@ -237,7 +243,7 @@ def padding_violations(plan, sess, feeds):
                                                                                                      t.format):
                 continue
             dev = tools.device_from_arena(host, t)
-            lanes = int(np.count_nonzero(dev[~formats.valid_mask(t.shape, t.format)]))
+            lanes = int(np.count_nonzero(dev[~format_ref.valid_mask(t.shape, t.format)]))
             if lanes:
                 bad.append((s, t.name, lanes))
 

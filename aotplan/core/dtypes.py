@@ -38,8 +38,6 @@ STORAGE = {name: NARROWED.get(name, name) for name in DTYPES}
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-
 
 def check_dtype(name, where):
     """Return `name` if it is a supported dtype, else raise naming `where`."""

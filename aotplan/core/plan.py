@@ -207,9 +207,6 @@ class Plan:
             return pool, ()
         return pool, tuple(i for i in launch.reads if self.tensors[i].storage == "arena") + tuple(launch.writes)
 
-    def tensor_index(self):
-        return {t.name: i for i, t in enumerate(self.tensors)}
-
     def save(self, path, sign_key=None):
         """Write this plan to `path` (atomically: a reader never sees half a file), signed
         with `sign_key` (the key's bytes or a key file's path) if given -> path."""

@@ -23,8 +23,8 @@ An `OpDef` has:
   a model's: `validate` refuses it in a model as an unknown op (`model_ops()`).
 
 What the passes need to know of an op is declared here too, by `register`'s keywords,
-so that one place says what an op is (`ops_where(prop)` and `lowered_in(family)` are
-the sets the passes read):
+so that one place says what an op is (`ops_where(prop)` gives the
+sets the passes read; an op's `formats` its storage format families):
 - `elementwise`: each output element depends only on the elements at the same
   (broadcast) position of the inputs. compiler/formats.py lowers such an op in any
   storage format as is (its operands adapted to the output's device array), so it
@@ -108,11 +108,6 @@ def ops_where(prop):
     """The names of the ops whose `OpDef` field `prop` ("elementwise", "zero_preserving",
     "anchor", ...) is true, as a frozenset."""
     return frozenset(n for n, op in OPS.items() if getattr(op, prop))
-
-
-def lowered_in(family):
-    """The names of the ops with a lowering for storage format family `family`."""
-    return frozenset(n for n, op in OPS.items() if family in op.formats)
 
 
 def model_ops():

@@ -202,12 +202,6 @@ def _check_gather_indices(node, data, indices):
                          f"(valid: {-n}..{n - 1})")
 
 
-def static_graph_inputs(graph):
-    """Graph inputs whose values decide shapes (they reach some static input). aotplan
-    compiles for static shapes: such inputs must be frozen to constants first."""
-    return graph.inputs_feeding(_shape_deciding(graph.nodes))
-
-
 def freeze_inputs(graph, values):
     """Turn graph inputs into constants with the given values (checked against their
     declared dtype and shape)."""
@@ -227,7 +221,7 @@ def freeze_inputs(graph, values):
                                constants=graph.constants + tuple(consts))
 
 
-def _shape_deciding(nodes):
+def shape_deciding(nodes):
     """The values that decide shapes: the nodes' static inputs and the loops' trip counts
     (passes/unroll.py: a loop is unrolled at compile time)."""
     return [n.inputs[p] for n in nodes for p, _ in ops.get(n.op).static_inputs if p < len(n.inputs) and n.inputs[p]] \
@@ -239,7 +233,7 @@ def _static_closure(graph, order):
     """Names of the nodes whose values some static input, a loop's trip count or an
     `if`'s condition (it decides which branch's shapes count) needs."""
     made_by = {o: n for n in order for o in n.outputs}
-    want = _shape_deciding(order) + [n.inputs[0] for n in order if n.op == "if"]
+    want = shape_deciding(order) + [n.inputs[0] for n in order if n.op == "if"]
     needed = set()
     while want:
         t = want.pop()

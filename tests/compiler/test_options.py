@@ -55,3 +55,11 @@ def test_the_layout_pass_reads_the_resolved_table_not_the_file(monkeypatch):
     # the same options without their table: auto falls back to default, as on an unmeasured target
     bare = dataclasses.replace(opts, cost_table=None)
     assert pipeline.plan_graph(_cnn(), bare).layout.policy == "default"
+
+
+def test_the_optional_graph_passes_are_the_cleanup_passes_in_order():
+    """CLEANUP_PASSES (what --disable-pass names and a plan records) lists prepare's
+    optional passes, fold first (it always runs; off, it only binds static inputs)."""
+    optional = tuple(p.name for p in pipeline.GRAPH_PASSES if p.optional)
+    assert pipeline.CLEANUP_PASSES == ("fold", *optional)
+    assert [p.name for p in pipeline.GRAPH_PASSES if not p.optional] == ["validate", "fold", "validate"]

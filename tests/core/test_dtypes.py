@@ -10,7 +10,7 @@ import pytest
 from aotplan.core import dtypes, model_json
 from aotplan.core.errors import FeedError, LimitError
 from aotplan.core.graph import Constant, Graph, Node, TensorInfo
-from conftest import compile_and_load
+from conftest import compile_and_load, tensor_index
 
 R = np.random.default_rng(7)
 
@@ -53,7 +53,7 @@ def test_dtype_roundtrip(dtype_plan):
         np.testing.assert_array_equal(out["x"], x)
         np.testing.assert_array_equal(out["cat"], np.concatenate([x.T, c], axis=0))
     storage = dtypes.storage_dtype(name)
-    t = plan.tensors[plan.tensor_index()["x"]]
+    t = plan.tensors[tensor_index(plan)["x"]]
     assert t.nbytes == 15 * dtypes.np_dtype(storage).itemsize  # bool: one byte; int64: four
 
 

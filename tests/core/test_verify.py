@@ -4,13 +4,13 @@ import dataclasses
 
 import pytest
 
-from conftest import EXAMPLE_NAMES, LAUNCH_MODES
+from conftest import EXAMPLE_NAMES, LAUNCH_MODES, tensor_index
 from aotplan.core import verify
 from aotplan.core.errors import PlanError
 
 
 def with_tensor(plan, name, **changes):
-    idx = plan.tensor_index()[name]
+    idx = tensor_index(plan)[name]
     ts = list(plan.tensors)
     ts[idx] = dataclasses.replace(ts[idx], **changes)
     return dataclasses.replace(plan, tensors=tuple(ts))

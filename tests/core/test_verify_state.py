@@ -10,7 +10,7 @@ import pytest
 
 from aotplan.core import codec, model_json, verify
 from aotplan.core.errors import PlanError
-from conftest import reheader
+from conftest import reheader, tensor_index
 from state_model import accumulator
 
 
@@ -26,7 +26,7 @@ def acc_plans(tmp_path_factory):
 
 
 def _tensor(plan, name, **changes):
-    i = plan.tensor_index()[name]
+    i = tensor_index(plan)[name]
     ts = list(plan.tensors)
     ts[i] = dataclasses.replace(ts[i], **changes)
     return dataclasses.replace(plan, tensors=tuple(ts))
@@ -57,7 +57,7 @@ def test_stateful_plans_verify_and_round_trip(acc_plans):
 def test_the_state_table_is_checked(acc_plans):
     plan = acc_plans["kernel"]
     st = plan.states[0]
-    idx = plan.tensor_index()
+    idx = tensor_index(plan)
     _refused(dataclasses.replace(plan, states=(dataclasses.replace(st, update=idx["y"]),)),
              "state 'acc': its update 'y' is not a state tensor of its own")
     _refused(dataclasses.replace(plan, states=(dataclasses.replace(st, tensor=99),)),
@@ -76,7 +76,7 @@ def test_the_state_table_is_checked(acc_plans):
 
 def test_what_launches_do_with_the_state_is_checked(acc_plans):
     plan = acc_plans["kernel"]
-    idx = plan.tensor_index()
+    idx = tensor_index(plan)
     add = next(s for s, l in enumerate(plan.launches) if l.node == "add")
     double = next(s for s, l in enumerate(plan.launches) if l.node == "double")
     assert add < double
@@ -107,7 +107,7 @@ def test_what_launches_do_with_the_state_is_checked(acc_plans):
 
 def test_a_state_initial_value_is_a_constant_row_of_its_tensor(acc_plans):
     plan = acc_plans["sink"]
-    idx = plan.tensor_index()
+    idx = tensor_index(plan)
     row = next(c for c in plan.constants if c.tensor == idx["acc"])
     assert np.frombuffer(row.data, "<f4").tolist() == [0.0, 1.0, 2.0, 3.0]
     moved = tuple(dataclasses.replace(c, tensor=idx["acc_new"]) if c is row else c for c in plan.constants)

@@ -12,6 +12,7 @@ import msgpack
 import pytest
 
 import plan_mutators as pm
+from conftest import tensor_index
 from aotplan.core import codec, formats, verify
 from aotplan.core.errors import PlanError
 from aotplan.core.plan import PlanConstant, PlanTensor
@@ -73,7 +74,7 @@ def _refused(m, match, name="transformer"):
 
 
 def _tensor(plan, name):
-    return plan.tensor_index()[name]
+    return tensor_index(plan)[name]
 
 
 def test_huge_arena_refused_before_anything_is_allocated():

@@ -19,6 +19,7 @@ from onnx import TensorProto as TP, helper  # noqa: E402
 
 from aotplan.core.errors import ModelError, ShapeError  # noqa: E402
 import onnx_models as om  # noqa: E402
+from onnx_cases import static_graph_inputs  # noqa: E402
 
 R = np.random.default_rng(2028)
 N = helper.make_node
@@ -140,7 +141,7 @@ def test_range_folds_like_onnxruntime(start, limit, delta, elem, dt):
                [om.vi(k, elem, []) for k in feeds], [om.vi("z", elem)], opset=11)
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(["z"], feeds)[0]
     g = onnx_import.convert(m, name="m")
-    assert fold.static_graph_inputs(g) == ["d", "l", "s"]
+    assert static_graph_inputs(g) == ["d", "l", "s"]
     g, _ = fold.run(fold.freeze_inputs(g, feeds))
     (c,) = [c for c in g.constants if c.name == "y"]
     assert c.data.dtype == want.dtype

@@ -15,6 +15,7 @@ from onnx import TensorProto as TP, helper  # noqa: E402
 
 from aotplan.core.errors import LimitError, ModelError  # noqa: E402
 import onnx_models as om  # noqa: E402
+from onnx_cases import static_graph_inputs  # noqa: E402
 
 R = np.random.default_rng(2032)
 N = helper.make_node
@@ -89,7 +90,7 @@ def test_loop_trip_count_from_a_graph_input_must_be_frozen():
 
     model = _loop_model(None)
     g = onnx_import.convert(model, name="m")
-    assert fold.static_graph_inputs(g) == ["m"]
+    assert static_graph_inputs(g) == ["m"]
     with pytest.raises(ModelError, match=r"node 'Loop_0' \(Loop\): the trip count 'm' is known only at run time.*"
                                          r"\(freeze 'm' with --freeze-input"):
         pipeline.prepare(g)

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from aotplan.core import codec, formats
 from aotplan.core.errors import LimitError, PlanError
 from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
+import format_ref
 from conftest import padding_violations
 
 POLICIES = ("default", "nhwc", "aligned", "blocked")
@@ -77,11 +78,11 @@ def test_round_trip(fmt, shape, seed):
     if x is None:
         return
     x = x + 1.0  # no zeros
-    dev = formats.to_device(x, fmt)
+    dev = format_ref.to_device(x, fmt)
     assert dev.shape == formats.device_shape(shape, fmt)
     assert dev.nbytes == formats.nbytes(shape, "float32", fmt)
     np.testing.assert_array_equal(formats.from_device(dev, shape, fmt), x)
-    mask = formats.valid_mask(shape, fmt)
+    mask = format_ref.valid_mask(shape, fmt)
     assert int(mask.sum()) == x.size  # every logical element once, the rest padding
     assert not dev[~mask].any()  # padding is zeros
     assert int((~mask).sum()) == formats.padded_elements(shape, fmt)
@@ -96,15 +97,15 @@ def test_jax_conversions_match_numpy(fmt, shape, seed):
     if x is None:
         return
     dev = np.asarray(cf.to_device(x, fmt))
-    np.testing.assert_array_equal(dev, formats.to_device(x, fmt))
+    np.testing.assert_array_equal(dev, format_ref.to_device(x, fmt))
     np.testing.assert_array_equal(np.asarray(cf.from_device(dev, shape, fmt)), x)
     m = cf.valid(shape, fmt)
     np.testing.assert_array_equal(np.ones(dev.shape, bool) if m is None else np.asarray(m),
-                                  formats.valid_mask(shape, fmt))
+                                  format_ref.valid_mask(shape, fmt))
     for other in ("default", "nhwc", "nc1hwc0:4", "aligned:16"):
         if formats.accepts(other, len(shape)):
             np.testing.assert_array_equal(np.asarray(cf.convert(dev, shape, fmt, other)),
-                                          formats.to_device(x, other))
+                                          format_ref.to_device(x, other))
 
 
 # ---------------------------------------------------------------- models
