@@ -559,9 +559,10 @@ class Session(NativeAdoption):
             return dict(zip(self._output_names, map(np.asarray, outs)))
         return {n: dtypes.from_storage(o, t.dtype) for n, t, o in zip(self._output_names, self._outputs, outs)}
 
-    def run_launches(self, feeds, after):
+    def run_launches(self, feeds, after, device_outputs=False):
         """Launch-by-launch replay for tools (profile, dump, check): like `run`, with
-        `after` as in `_step`; -> outputs as `run` returns them."""
+        `after` as in `_step` (steps of other threads wait, as for `run`); -> outputs as
+        `run` returns them."""
         self._check_process("Session.run_launches")
         self.wait_ready()  # (tools time and compare launches on their final call path)
         args, host = self._feeds.args(feeds)
@@ -569,4 +570,9 @@ class Session(NativeAdoption):
             self._feeds.check_guard(args, host, False, self._host_memory)
         with self._lock:
             outs = self._step(args, after)
-        return self._host_outputs(outs)
+        return dict(zip(self._output_names, outs)) if device_outputs else self._host_outputs(outs)
+
+    def step_state_buffer(self):
+        """For `run_launches`'s `after`: the state buffer as the step has left it so far
+        (read it, do not keep it); None without states."""
+        return self._state

@@ -77,7 +77,7 @@ def _allocator_bytes(session):
 
     m, T = session.memory, session.plan.tensors
     pool = [T[i].nbytes for i, t in enumerate(T) if t.storage == "pool"]
-    io = [t.nbytes for t in session._inputs + session._outputs]
+    io = [T[i].nbytes for i in (*session.plan.inputs, *session.plan.outputs)]
     return (up(m.arena_bytes) + sum(map(up, pool)) + m.inline_constant_bytes + up(m.max_workspace_bytes)
             + sum(map(up, io)) + (up(m.state_bytes) if m.state_bytes else 0))
 
@@ -105,7 +105,7 @@ def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
         if st and "bytes_in_use" in st:
             in_use.append(int(st["bytes_in_use"]))
     rss = _rss_bytes() - rss0
-    io_bytes = sum(t.nbytes for t in session._inputs) + sum(t.nbytes for t in session._outputs)
+    io_bytes = sum(session.plan.tensors[i].nbytes for i in (*session.plan.inputs, *session.plan.outputs))
     stated = session.memory.step_device_bytes + io_bytes
     end = _mem_stats(session.device)
     peak = int(end.get("peak_bytes_in_use", -1)) if end else -1
@@ -250,7 +250,6 @@ def profile(session, feeds, steps=20):
     per = [[] for _ in session.plan.launches]
     io = ([], [])
     events = []
-    args = session.check_feeds(feeds)
     for k in range(steps):
         clock = [time.perf_counter()]
 
@@ -261,10 +260,9 @@ def profile(session, feeds, steps=20):
             events.append((k, s if s >= 0 else -1, clock[0], now))
             clock[0] = now
 
-        with session._lock:  # as `run` does: other threads may be stepping this session
-            outs = session._step(args, after)
+        outs = session.run_launches(feeds, after, device_outputs=True)
         jax.block_until_ready(outs)
-        if session._out_kernel is not None:
+        if session.plan.output_kernel >= 0:
             io[1].append(time.perf_counter() - clock[0])
             events.append((k, -2, clock[0], time.perf_counter()))
     med = lambda xs: float(np.median(xs)) * 1e3 if xs else 0.0  # noqa: E731
@@ -353,7 +351,7 @@ def replay_tensors(session, feeds, on_tensor, derived=False):
         state = None  # a state's update is at its offset in the state buffer, not the arena
         for i in tuple(launch.writes) + extra.get(s, ()):
             if T[i].storage == "state" and state is None:
-                state = np.asarray(session._state).view(np.uint8).tobytes()
+                state = np.asarray(session.step_state_buffer()).view(np.uint8).tobytes()
             on_tensor(s, launch, i, tensor_from_arena(state if T[i].storage == "state" else host, T[i]))
 
     return session.run_launches(feeds, after)
