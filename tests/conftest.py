@@ -264,3 +264,32 @@ def reheader(payload, version=codec.STATELESS_VERSION, launch_mode="sink", data=
         out += bytes(codec.data_start(len(header), len(payload)) - len(out)) + data
     return out
 
+
+def write_plan(tmp_path, plan, name="m.plan", sign_key=None):
+    """A plan written to tmp_path/name (signed with `sign_key` if given) -> its path (str)."""
+    p = tmp_path / name
+    p.write_bytes(codec.encode(plan, sign_key=sign_key))
+    return str(p)
+
+
+@pytest.fixture(scope="session")
+def native_plan(examples):
+    """The CNN example as a sink plan with embedded executables, and its graph."""
+    from aotplan.core import model_json
+    from compiler import pipeline
+
+    graph, digest = model_json.load(os.path.join(EXAMPLES, "cnn", "model.json"))
+    plan = pipeline.compile_graph(graph, digest, pipeline.Options(embed_native=True)).plan
+    return graph, plan
+
+
+@pytest.fixture(scope="session")
+def native_kernel_plan(examples):
+    """The CNN example in kernel mode with embedded executables: many kernels, shared
+    ones taking offsets, an output kernel that does not donate the arena."""
+    from aotplan.core import model_json
+    from compiler import pipeline
+
+    graph, digest = model_json.load(os.path.join(EXAMPLES, "cnn", "model.json"))
+    opts = pipeline.Options(embed_native=True, launch="kernel")
+    return graph, pipeline.compile_graph(graph, digest, opts).plan
