@@ -20,6 +20,20 @@ EXAMPLES = os.path.join(ROOT, "plans", "examples")
 EXAMPLE_NAMES = ("mlp", "cnn", "transformer")
 
 
+# Test worker processes (pytest-xdist, `-n auto` in pyproject.toml): one per CPU, at most
+# this many: each is a JAX process that compiles the session fixtures' plans for itself
+# (about 1-2 GB each), and XLA's compiles inside one already use a few threads.
+MAX_TEST_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config):
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_TEST_WORKERS))
+
+
 @pytest.fixture(autouse=True)
 def _no_adoption_left_running():
     """A test that steps a native plan without `wait_ready` leaves its session's
