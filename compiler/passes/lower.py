@@ -334,11 +334,20 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
         raise InternalError(f"lower: the inline constants' values ({sorted(inline)}) are not those of the "
                             f"tensors stored inline ({sorted(held)})")
     export = _Exporter(native_for, targets, xla_options.default_jobs() if jobs is None else jobs)
+    # An executable serialized from a compile that JAX's persistent compilation cache
+    # served does not run once loaded ("NOT_FOUND: Function ... not found": its code is
+    # missing), so where a plan embeds executables its kernels are compiled afresh, with
+    # the cache off (a user's JAX_COMPILATION_CACHE_DIR, or a process that set it).
+    cached = native_for is not None and jax.config.jax_enable_compilation_cache
+    if cached:
+        jax.config.update("jax_enable_compilation_cache", False)
     try:
         return _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands,
                     only, band_floor, inline, state or ({}, 0))
     finally:
         export.close()
+        if cached:
+            jax.config.update("jax_enable_compilation_cache", True)
 
 
 def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands, only,

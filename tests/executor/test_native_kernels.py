@@ -13,7 +13,7 @@ import pytest
 
 import executor
 from aotplan.core import native
-from conftest import ROOT, random_feeds, write_plan as _write
+from conftest import EXAMPLES, ROOT, random_feeds, write_plan as _write
 
 
 def test_native_executables_used_only_when_trusted(native_plan, tmp_path, caplog):
@@ -385,3 +385,41 @@ def test_adopting_leaves_other_threads_compiling():
         assert jc.compile_or_get_cached is other
     finally:
         jc.compile_or_get_cached = real
+
+
+@pytest.mark.xfail(tuple(int(p) for p in __import__("jax").__version__.split(".")[:2]) >= (0, 11), strict=True,
+                   reason="on jax 0.12 the embedded executables fail the same way with the cache off while compiling: "
+                          "not understood yet (docs/deploy.md)")
+def test_embedded_executables_run_when_the_persistent_cache_served_the_compile(tmp_path):
+    """With JAX's persistent compilation cache on in the compiling process, the second
+    compile of a model is served from it; executables serialized from such a compile did
+    not run once loaded ("NOT_FOUND: Function ... not found"), so a plan compiled with
+    --embed-executables compiles its kernels with the cache off. In a child process: the
+    cache is process-wide."""
+    script = f"""
+import os, sys, numpy as np, jax
+jax.config.update("jax_compilation_cache_dir", {str(tmp_path / "cache")!r})
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+import executor
+from aotplan.core import codec, model_json
+from compiler import pipeline
+graph, digest = model_json.load(os.path.join({EXAMPLES!r}, "cnn", "model.json"))
+plain = pipeline.compile_graph(graph, digest, pipeline.Options()).plan  # (fills the cache)
+again = pipeline.compile_graph(graph, digest, pipeline.Options()).plan
+native = pipeline.compile_graph(graph, digest, pipeline.Options(embed_native=True)).plan
+assert jax.config.jax_enable_compilation_cache  # (turned back on)
+feeds = {{t.name: np.ones(t.shape, np.float32) for t in graph.inputs}}
+want = executor.load(codec.encode(plain)).run(feeds)
+sess = executor.load(codec.encode(native), trust_executables=True)
+assert sess.kernel_source == "native", sess.kernel_source
+got = sess.run(feeds)
+for k in want:
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+print("ok", len(os.listdir({str(tmp_path / "cache")!r})))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("ok ") and int(r.stdout.split()[1]) > 0, r.stdout  # (the cache did serve)
+
