@@ -59,6 +59,16 @@ from benchutil import timed  # noqa: E402
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "aotplan", "public-models")
 
 
+def interleaved_ms(runs, rounds, steps):
+    """{name: fn} -> {name: (median, min, max) ms}: `rounds` rounds, each calling every
+    runner steps // rounds times in turn, so that drift hits them alike."""
+    times = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, f in runs.items():
+            times[k] += timed(f, max(steps // rounds, 1))
+    return {k: (np.median(v) * 1e3, np.min(v) * 1e3, np.max(v) * 1e3) for k, v in times.items()}
+
+
 def _shape_arg(text):
     name, _, dims = text.partition("=")
     return name, tuple(int(d) for d in dims.split(","))
@@ -150,11 +160,7 @@ def main():
         jitted_const = jax.jit(lambda feeds: fn(weights, feeds))
         for fn_ in runs.values():
             fn_()
-        times = {k: [] for k in runs}
-        for _ in range(args.rounds):
-            for k, f in runs.items():
-                times[k] += timed(f, max(args.steps // args.rounds, 1))
-        s = {k: (np.median(v) * 1e3, np.min(v) * 1e3, np.max(v) * 1e3) for k, v in times.items()}
+        s = interleaved_ms(runs, args.rounds, args.steps)
         fmt = lambda t: f"{t[0]:7.2f} ({t[1]:.1f}-{t[2]:.1f})"  # noqa: E731
         mem = plan.memory
         print(f"{name:14s} {len(plan.launches):8d} {fmt(s['aot']):>16s} {fmt(s['ort']):>16s} {fmt(s['jit']):>16s} "
@@ -302,11 +308,7 @@ def run_public(args):
             diff = max([0.0] + [float(np.max(np.abs(np.asarray(first["aot"][k], np.float64)
                                                     - np.asarray(ref[k], np.float64)))) for k in ref
                                 if k in first["aot"] and np.size(ref[k])])
-            times = {k: [] for k in runs}
-            for _ in range(args.rounds):
-                for k, f in runs.items():
-                    times[k] += timed(f, max(args.steps // args.rounds, 1))
-            st = {k: (np.median(v) * 1e3, np.min(v) * 1e3, np.max(v) * 1e3) for k, v in times.items()}
+            st = interleaved_ms(runs, args.rounds, args.steps)
             fmt = lambda t: f"{t[0]:8.2f} ({t[1]:.1f}-{t[2]:.1f})"  # noqa: E731
             r_ort, r_jit = st["aot"][0] / st["ort"][0], st["aot"][0] / st["jit"][0]
             ratios.append((name, r_ort, r_jit))
