@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""A dot with a constant weight, the weight stored (K, N) or (N, K): which one XLA's CPU
-backend runs faster, per shape, against onnxruntime's MatMul on the same shape.
+"""A dot with a constant weight, the weight stored (K, N) or (N, K), run by XLA's own
+CPU dot (Eigen: aotplan's XLA options, with the (K, N) weight the weight_layout pass
+stores) or YNNPACK (XLA's default): which is faster, per shape, against onnxruntime's
+MatMul on the same shape.
 
-x is [M, K]; the weight W is [K, N]. `(K,N)`: x @ W with W stored as is; `(N,K)`: W
-stored transposed and x @ Wt.T (XLA contracts the second axis itself). Compiled with
-aotplan's XLA options; medians of interleaved rounds, milliseconds.
+x is [M, K]; the weight W is [K, N], an argument of the kernel (as a plan's constants
+are). `(K,N)`: x @ W with W stored as is; `(N,K)`: W stored transposed and x @ Wt.T
+(XLA contracts the second axis itself). Medians of interleaved rounds, milliseconds.
 
     python scripts/bench_dot_layouts.py [--shapes M,K,N[;...]] [--rounds 3] [--steps 5]
 
 The default shapes: GPT-2's LM head over 32 tokens, a BERT-base FFN layer over 128,
-AlexNet's first fully connected layer at batch 1.
+AlexNet's first fully connected layer at batch 1, then small M (a few tokens, a small
+batch) over BERT's FFN and a 4,096-wide layer, and M = 1 over BERT's FFN.
 """
 
 import argparse
@@ -23,7 +26,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
 
 from benchutil import timed  # noqa: E402
 
-SHAPES = "32,768,50257;128,768,3072;1,9216,4096"
+SHAPES = "32,768,50257;128,768,3072;1,9216,4096;2,768,3072;4,768,3072;16,768,3072;8,4096,4096;1,768,3072"
 
 
 def main():
@@ -49,9 +52,15 @@ def main():
         x = rng.standard_normal((m, k)).astype(np.float32)
         w = (rng.standard_normal((k, n)) * k ** -0.5).astype(np.float32)
         xd, wd, wtd = jax.device_put(x), jax.device_put(w), jax.device_put(np.ascontiguousarray(w.T))
-        kn = xla_options.compile(jax.jit(lambda x, w: x @ w).lower(xd, wd), "cpu")
-        nk = xla_options.compile(jax.jit(lambda x, wt: x @ wt.T).lower(xd, wtd), "cpu")
-        np.testing.assert_allclose(np.asarray(kn(xd, wd)), np.asarray(nk(xd, wtd)), rtol=1e-4, atol=1e-4)
+        kn_low, nk_low = jax.jit(lambda x, w: x @ w).lower(xd, wd), jax.jit(lambda x, wt: x @ wt.T).lower(xd, wtd)
+        ynn = {**xla_options.CPU, "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+        kernels = {"Eigen (K,N)": (xla_options.compile(kn_low, "cpu"), wd),
+                   "Eigen (N,K)": (xla_options.compile(nk_low, "cpu"), wtd),
+                   "YNN (K,N)": (kn_low.compile(compiler_options=ynn), wd),
+                   "YNN (N,K)": (nk_low.compile(compiler_options=ynn), wtd)}
+        want = np.asarray(kernels["Eigen (K,N)"][0](xd, wd))
+        for f, wa in kernels.values():
+            np.testing.assert_allclose(np.asarray(f(xd, wa)), want, rtol=1e-4, atol=1e-4)
         g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
@@ -60,8 +69,8 @@ def main():
         so.intra_op_num_threads, so.log_severity_level = os.cpu_count(), 3
         sess = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
                                     .SerializeToString(), so, providers=["CPUExecutionProvider"])
-        runs = {"(K,N)": lambda: kn(xd, wd).block_until_ready(), "(N,K)": lambda: nk(xd, wtd).block_until_ready(),
-                "onnxruntime": lambda: sess.run(None, {"x": x})}
+        runs = {name: (lambda f=f, wa=wa: f(xd, wa).block_until_ready()) for name, (f, wa) in kernels.items()}
+        runs["onnxruntime"] = lambda: sess.run(None, {"x": x})
         for f in runs.values():
             f()
         times = {name: [] for name in runs}
@@ -69,8 +78,10 @@ def main():
             for name, f in runs.items():
                 times[name] += timed(f, args.steps)
         med = {name: float(np.median(t)) * 1e3 for name, t in times.items()}
-        print(f"M={m} K={k} N={n}: " + "  ".join(f"{name} {v:8.2f}" for name, v in med.items())
-              + f"  (N,K)/(K,N) {med['(N,K)'] / med['(K,N)']:.2f}", flush=True)
+        ours = "Eigen (K,N)"  # (aotplan's)
+        print(f"M={m} K={k} N={n}: " + "  ".join(f"{name} {v:7.2f}" for name, v in med.items())
+              + f"  aotplan's ({ours}) / best other {med[ours] / min(v for k_, v in med.items() if k_ not in (ours, 'onnxruntime')):.2f}"
+              + f" / onnxruntime {med[ours] / med['onnxruntime']:.2f}", flush=True)
 
 
 if __name__ == "__main__":

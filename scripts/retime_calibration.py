@@ -4,6 +4,7 @@ options and with one of them left out, interleaved: whether an option change mov
 the kernels' times, and so whether compiler/calibration/<platform>.json still holds.
 
     python scripts/retime_calibration.py [--without xla_cpu_scheduler_type] [--rounds 3] [--steps 10]
+    python scripts/retime_calibration.py --old xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT
 
 Prints each kernel's median time both ways and the ratio, then the geomean and median
 of the ratios. Run it on an otherwise idle machine.
@@ -23,13 +24,17 @@ from compiler.passes import format_cost
 from executor import tools
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--without", default="xla_cpu_scheduler_type", help="the option left out of the 'old' kernels")
+ap.add_argument("--old", metavar="OPTION=VALUE", help="instead of --without: the 'old' kernels had this value for it")
 ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--steps", type=int, default=10)
 args = ap.parse_args()
 NEW = dict(xla_options.CPU)
-if args.without not in NEW:
-    sys.exit(f"{args.without!r} is not among aotplan's CPU options ({', '.join(NEW)})")
-OLD = {k: v for k, v in NEW.items() if k != args.without}
+key = args.old.split("=", 1)[0] if args.old else args.without
+if key not in NEW:
+    sys.exit(f"{key!r} is not among aotplan's CPU options ({', '.join(NEW)})")
+OLD = {k: v for k, v in NEW.items() if k != key}
+if args.old:
+    OLD[key] = args.old.split("=", 1)[1]
 ratios = []
 for name, inputs, node, consts in cf.samples():
     g = cf.graph_of(name, inputs, node, consts)

@@ -2,13 +2,21 @@
 (its workspace figures and embedded executables) and when a host compiles the plan's
 StableHLO.
 
-CPU: XLA's CPU backend hands convolutions (and elementwise/reduce fusions) to YNNPACK
-by default, and builds each YNNPACK fusion lazily on the executable's first run. On
-the build machine (2-core AVX-512, jaxlib 0.10.2) keeping YNNPACK for dots only
-(`LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`) made the ResNet-50 structure's first run
-63-76 ms instead of 170-182 ms and its steady step 35 ms instead of 52 ms; DenseNet-121
-32 vs 44 ms, UNet 91 vs 117 ms, BERT-4 the same (27 vs 26 ms). Outputs differ by
-float rounding only (convolutions are summed in another order).
+CPU: XLA's CPU backend hands convolutions and dots (and elementwise/reduce fusions) to
+YNNPACK by default, and builds each YNNPACK fusion lazily on the executable's first
+run. aotplan hands it nothing (`xla_cpu_experimental_ynn_fusion_type` empty):
+convolutions and dots are XLA's own (Eigen). Convolutions first (2-core AVX-512 build
+machine, jaxlib 0.10.2): the ResNet-50 structure's first run 63-76 ms instead of
+170-182 ms and its steady step 35 ms instead of 52 ms; DenseNet-121 32 vs 44 ms, UNet
+91 vs 117 ms. Then dots (2-core AMD EPYC without AVX-512, issue 33): YNNPACK's dot reads
+a weight passed as an argument (a plan's constants are its kernels' arguments) stored
+(K, N) slowly wherever M > 1, repacking it in every call (GPT-2's LM head over 32
+tokens 47-71 ms against Eigen's 28-36), and no one layout suits it at every M ((N, K) is
+11x slower at M = 1); Eigen's dot with (K, N), the layout the weight_layout pass
+stores, was within noise of the best of the four at every M measured, and whole
+transformer models ran 1.43-1.61x onnxruntime's time against 1.58-1.70x for YNNPACK
+with the layout chosen by M (docs/design.md, "Weight layout"). Outputs differ by float
+rounding only (sums in another order).
 
 XLA's CPU scheduler orders a kernel's instructions for concurrency by default; the
 memory-optimized one (`CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED`) orders them for the
@@ -33,7 +41,7 @@ a thread pool of `default_jobs()` threads; each compiles as it would alone.
 
 import os
 
-CPU = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT",
+CPU = {"xla_cpu_experimental_ynn_fusion_type": "",
        "xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 
 _rejected = set()  # platforms whose jaxlib refused our options

@@ -18,11 +18,9 @@ from compiler import constant_moves, pipeline
 K, H, O = 576, 256, 100
 
 
-@pytest.fixture(scope="module")
-def classifier(tmp_path_factory):
+def _classifier(d, batch):
     from safetensors.numpy import save_file
 
-    d = tmp_path_factory.mktemp("classifier")
     rng = np.random.default_rng(0)
     w = {"fc6.w": (rng.standard_normal((H, K)) / np.sqrt(K)).astype(np.float32),
          "fc6.b": (rng.standard_normal(H) * 0.1).astype(np.float32),
@@ -32,7 +30,7 @@ def classifier(tmp_path_factory):
     gemm = lambda name, x, ins: {"name": name, "op": "gemm", "inputs": [x, *ins], "outputs": [name],  # noqa: E731
                                  "attrs": {"trans_b": 1}}
     model = {"format": "aotplan.model", "version": 1, "name": "classifier",
-             "inputs": [{"name": "x", "dtype": "float32", "shape": [1, K]}], "outputs": ["fc8"],
+             "inputs": [{"name": "x", "dtype": "float32", "shape": [batch, K]}], "outputs": ["fc8"],
              "nodes": [gemm("fc6", "x", ["fc6.w", "fc6.b"]),
                        {"name": "r6", "op": "relu", "inputs": ["fc6"], "outputs": ["r6"], "attrs": {}},
                        gemm("fc7", "r6", ["fc7.w"]),
@@ -41,10 +39,15 @@ def classifier(tmp_path_factory):
              "weights": {"file": "weights.safetensors",
                          "tensors": [{"name": k, "dtype": "float32", "shape": list(v.shape)} for k, v in w.items()]}}
     (d / "model.json").write_text(json.dumps(model))
-    x = rng.standard_normal((1, K)).astype(np.float32)
+    x = rng.standard_normal((batch, K)).astype(np.float32)
     r6 = np.maximum(x @ w["fc6.w"].T + w["fc6.b"], 0)
     want = np.maximum(r6 @ w["fc7.w"].T, 0) @ w["fc8.w"].T
     return str(d / "model.json"), x, want
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    return _classifier(tmp_path_factory.mktemp("classifier"), 1)
 
 
 @pytest.mark.parametrize("launch", ["sink", "kernel"])
@@ -61,6 +64,18 @@ def test_transposed_fully_connected_weights_are_stored_as_read(classifier, launc
     for res in (on, off):
         got = executor.Session(codec.decode(codec.encode(res.plan)), warmup=False).run({"x": x})["fc8"]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_weights_read_by_several_rows_are_stored_as_read_too(tmp_path):
+    """At batch 4 the same Gemms read their weights stored (K, N) too (XLA's own dot,
+    aotplan/core/xla_options.py), and nothing moves a constant per step either."""
+    path, x, want = _classifier(tmp_path, 4)
+    graph, digest = model_json.load(path)
+    res = pipeline.compile_graph(graph, digest, pipeline.Options(launch="sink"))
+    assert res.formats.constant_moves == 0, res.formats
+    assert sum(t.name.endswith(":kn") for t in res.plan.tensors) == 3
+    got = executor.Session(codec.decode(codec.encode(res.plan)), warmup=False).run({"x": x})["fc8"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_moves_are_followed_into_fused_computations():

@@ -15,14 +15,16 @@ def _conv_lowered():
     return jax.jit(f).lower(jnp.ones((1, 8, 12, 12)), jnp.ones((8, 8, 3, 3)))
 
 
-def test_cpu_convolutions_leave_ynnpack_and_give_the_same_numbers(monkeypatch):
+def test_cpu_convolutions_and_dots_leave_ynnpack_and_give_the_same_numbers(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    low = _conv_lowered()
-    ours = xla_options.compile(low, "cpu")
-    assert "ynn_fusion" not in ours.as_text()
-    x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
-    w = np.random.default_rng(1).standard_normal((8, 8, 3, 3)).astype(np.float32)
-    np.testing.assert_allclose(np.asarray(ours(x, w)), np.asarray(low.compile()(x, w)), rtol=1e-5, atol=1e-5)
+    rng = np.random.default_rng(0)
+    dot = jax.jit(lambda x, w: x @ w).lower(jnp.ones((8, 64)), jnp.ones((64, 32)))
+    assert "ynn_fusion" in dot.compile().as_text()  # (XLA's default: the dot in YNNPACK)
+    for low, shapes in ((_conv_lowered(), ((1, 8, 12, 12), (8, 8, 3, 3))), (dot, ((8, 64), (64, 32)))):
+        ours = xla_options.compile(low, "cpu")
+        assert "ynn_fusion" not in ours.as_text()
+        x, w = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+        np.testing.assert_allclose(np.asarray(ours(x, w)), np.asarray(low.compile()(x, w)), rtol=1e-5, atol=1e-5)
 
 
 def test_options_only_for_cpu_and_not_over_the_users_xla_flags(monkeypatch):
