@@ -20,7 +20,7 @@ _KNOWN = {f.name for f in dataclasses.fields(pipeline.Options)} - {"launch", "ta
 
 
 def compile(model, *, input_shapes=None, freeze=None, states=None, state_inits=None, launch="sink", target="host",
-            name=None, progress=None, **options):
+            name=None, progress=None, devices=1, parallel="data", **options):
     """Compile a model into a plan (aotplan.core.plan.Plan; `plan.save(path)` writes it).
 
     model: a model.json path, an .onnx path, or an onnx.ModelProto.
@@ -32,6 +32,9 @@ def compile(model, *, input_shapes=None, freeze=None, states=None, state_inits=N
     launch: "sink" (one program a step), "fused" or "kernel".
     target: "host", "cpu", "cuda" or "both": the platforms the kernels are exported for.
     name: the model's name (an ONNX model's default: its file name or graph name).
+    devices, parallel: a plan for several devices, as `--devices N --parallel data`:
+        each device runs the model on its slice of the batch (every input's first
+        axis, which `devices` must divide; compiler/data_parallel.py).
     options: any field of compiler.pipeline.Options (planner, weights, inline_bytes,
         format_policy, jobs, embed_native, ...), as the command's options set them.
     progress: None, or a function of the number of launches lowered so far."""
@@ -42,6 +45,10 @@ def compile(model, *, input_shapes=None, freeze=None, states=None, state_inits=N
     opts = pipeline.Options(launch=launch, targets=targets, **options)
     graph, digest = _graph(model, input_shapes, freeze, name)
     graph, digest = declare_states(graph, digest, list((states or {}).items()), flag="states", inits=state_inits)
+    if devices != 1:
+        from compiler import data_parallel
+
+        return data_parallel.compile_data_parallel(graph, digest, opts, devices, parallel, progress=progress).plan
     return methods.compile_methods([("", graph)], digest, opts, progress=progress).plan
 
 

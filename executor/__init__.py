@@ -18,3 +18,4 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 from executor.loader import load  # noqa: E402,F401
 from executor.process import set_cpu_dispatch  # noqa: E402,F401
 from executor.session import Session  # noqa: E402,F401
+from executor.mesh_session import MeshSession  # noqa: E402,F401

@@ -18,6 +18,7 @@ checks and then loads (`executor.load` takes bytes): a file swapped between the
 child's read and the parent's would otherwise be served unchecked.
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -135,6 +136,8 @@ def _child():
             plan, trusted = codec.decode_checked(data.toreadonly(), key, req["require_signature"])
         except errors.PlanError as e:  # named as a file's decoding errors are (`codec.read_checked`)
             raise files.named(req["name"], e) from None
+        if plan.mesh is not None:  # (several devices run this one device's program: one checks it for all)
+            plan = dataclasses.replace(plan, mesh=None)
         session = executor.Session(plan, warmup=True, trusted=trusted or req["trust_executables"],
                                    progress=lambda what: say(_STAGE + what), jobs=1,  # a crash names its kernel
                                    max_memory=req["max_memory"],

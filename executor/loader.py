@@ -6,6 +6,7 @@ import os
 from aotplan.core import codec
 from executor import arguments, memory_limits, process
 from executor import reader_guard as reader_guards
+from executor.mesh_session import MeshSession
 from executor.session import Session
 
 _BYTES = (bytes, bytearray, memoryview)
@@ -22,7 +23,9 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     device: a jax Device, a platform name ("cpu", "gpu", "cuda", ...: its first device;
         "cpu:1": its second) or None (the first device). Every kernel is compiled for it
         and the arena, the constants and the outputs live on it; see
-        `executor.arguments.resolve_device`.
+        `executor.arguments.resolve_device`. A plan for several devices (data parallel,
+        `aotplan compile --devices N`) runs on N devices from this one on, as a
+        `MeshSession`.
     trust_key: the key's bytes (at least 16), or the path of a key file (str or
         os.PathLike, read as `--trust-key` reads it); default: the key file named by
         AOTPLAN_TRUST_KEY, if set: an Ed25519 public key (PEM, `aotplan keygen`), or
@@ -56,5 +59,8 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
         plan, trusted = codec.decode_checked(path, trust_key, require_signature)
     else:
         plan, trusted = codec.read_checked(path, trust_key, require_signature)
-    return Session(plan, device=device, warmup=warmup, trusted=trusted or trust_executables, progress=progress,
-                   jobs=jobs, max_memory=max_memory, reader_guard=reader_guard)
+    args = dict(warmup=warmup, trusted=trusted or trust_executables, progress=progress, jobs=jobs,
+                max_memory=max_memory, reader_guard=reader_guard)
+    if plan.mesh is not None:  # (a plan for several devices: from `device`'s platform, `device` first)
+        return MeshSession(plan, devices=device, **args)
+    return Session(plan, device=device, **args)

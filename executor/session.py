@@ -118,6 +118,9 @@ class Session(NativeAdoption):
             self._placed = {}  # (memory_limits.constant_key) -> a pool constant's device array, shared by methods
             progress("verifying the plan")
             verify.verify(plan)
+            if plan.mesh is not None:
+                raise PlanError(f"the plan runs on {plan.mesh.devices} devices ({plan.mesh.parallel} parallel): "
+                                f"executor.load opens it, or executor.MeshSession")
             allowed, where = memory_limits.limit(self.device, max_memory)
             memory_limits.check_stated(plan, allowed, where)
             self._limits = (memory_limits.figures(plan), allowed, where)

@@ -44,6 +44,12 @@ def main(argv=None):
     for launch in ("sink", "fused", "kernel"):
         _freeze(f"decoder_{launch}", launch, graph, pipeline.Options(launch=launch), digest, _decode_feeds(graph))
     _freeze_methods()
+    # plans for several devices (format 8): the example MLP, data parallel on 2 devices
+    graph, digest = model_json.load(os.path.join(ROOT, "examples", "mlp", "model.json"))
+    rng = np.random.default_rng(2026)
+    feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in graph.inputs}
+    for launch in ("sink", "fused", "kernel"):
+        _freeze(f"mlp_2devices_{launch}", launch, graph, pipeline.Options(launch=launch), digest, [feeds], devices=2)
 
 
 def _freeze_methods():
@@ -113,11 +119,17 @@ def _initial_states(graph):
             for st in graph.states}
 
 
-def _freeze(name, launch, graph, opts, digest, steps):
+def _freeze(name, launch, graph, opts, digest, steps, devices=1):
     """Write <name>.plan into the folder of its format and <name>.io.npz: per step k,
     "in:NAME" and "out:NAME" (one step) or "step{k}.in:NAME" and "step{k}.out:NAME"
-    (steps from the plan's initial states, run in order)."""
-    plan = pipeline.compile_graph(graph, digest, opts).plan
+    (steps from the plan's initial states, run in order). `devices` > 1: a data-parallel
+    plan (the io: the whole batch's)."""
+    if devices > 1:
+        from compiler import data_parallel
+
+        plan = data_parallel.compile_data_parallel(graph, digest, opts, devices).plan
+    else:
+        plan = pipeline.compile_graph(graph, digest, opts).plan
     version = codec.version_of(plan)
     out = os.path.join(ROOT, "golden", f"v{version}")
     base = os.path.join(out, name)

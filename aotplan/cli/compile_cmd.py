@@ -63,6 +63,12 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
               help="A method of MODEL at other input shapes (repeatable; several inputs separated by ';'): e.g. "
                    "--profile b1:x=1,3,224,224 --profile b8:x=8,3,224,224, one method each, the weights stored "
                    "once. For ONNX inputs with symbolic dimensions.")
+@click.option("--devices", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="Run the plan on N devices at once (--parallel data: each device runs the model on its slice "
+                   "of the batch, every input's first axis, which N must divide; weights replicated). The model "
+                   "is checked to keep its samples apart (the whole batch and its slices give the same outputs).")
+@click.option("--parallel", type=click.Choice(["data"]), default="data", show_default=True,
+              help="How --devices splits the work: data (the batch).")
 @click.option("--target", type=click.Choice(["host", "cpu", "cuda", "both"]), default="host", show_default=True,
               help="Platforms the plan's portable kernels are exported for: this host's, cpu, cuda (NVIDIA "
                    "GPUs; exported without a GPU here), or both. Workspace bytes are measured on this host.")
@@ -135,7 +141,7 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
 def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled, disabled_opts, launch,
                 fuse_min_flops, no_kernel_reuse, embed_executables, target, sign_key, no_inplace, no_views, placement,
                 schedule, format_policy, no_conv_bands, jobs, inline_bytes, allow_outside_weights,
-                max_unrolled_nodes, states, state_inits, method_specs, profiles):
+                max_unrolled_nodes, states, state_inits, method_specs, profiles, devices, parallel):
     """Compile MODEL (a model.json, or an .onnx file) into a frozen plan; or several
     models, each a method (see below), into one plan."""
     if bool(model) == bool(method_specs):
@@ -143,6 +149,9 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                                "missing MODEL (or --method NAME=MODEL for each method)")
     if profiles and not model:
         raise click.UsageError("--profile makes methods of MODEL: give MODEL, not --method")
+    if devices > 1 and (method_specs or profiles or states):
+        raise click.UsageError(f"--devices {devices}: a plan for several devices holds one method and no states "
+                               f"(leave out {'--method' if method_specs else '--profile' if profiles else '--state'})")
     off = set(disabled_opts)
     if "placement" in off and placement == "always":
         raise click.UsageError("--disable placement and --placement always contradict each other")
@@ -200,8 +209,14 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
 
         named, digest = load_methods(model, method_specs, profiles, input_shapes, frozen, allow_outside_weights,
                                      states, state_inits)
-        res = methods.compile_methods(named, digest, opts, progress=lambda k: "b" in bar and bar["b"].update(k),
-                                      on_start=on_start)
+        progress = lambda k: "b" in bar and bar["b"].update(k)  # noqa: E731
+        if devices > 1:
+            from compiler import data_parallel
+
+            res = data_parallel.compile_data_parallel(named[0][1], digest, opts, devices, parallel, progress=progress,
+                                                      on_start=on_start)
+        else:
+            res = methods.compile_methods(named, digest, opts, progress=progress, on_start=on_start)
     finally:
         if "b" in bar:
             bar["b"].__exit__(None, None, None)
@@ -259,7 +274,13 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         click.echo(f"  states: {plural(len(plan.states), 'tensor')} kept on the device across steps "
                    f"({', '.join(st.name for st in plan.states)}), a buffer of {fmt_bytes(m.state_bytes)} beside "
                    f"the arena")
-    click.echo(f"  device memory per step: {fmt_bytes(m.step_device_bytes)}; compile time {res.seconds:.2f} s")
+    if plan.mesh is not None:
+        batch = plan.tensors[plan.inputs[0]].shape[0]
+        click.echo(f"  devices: {plan.mesh.devices} ({plan.mesh.parallel} parallel): each runs this plan on "
+                   f"{batch} of the batch's {batch * plan.mesh.devices}, with the weights and an arena of its own "
+                   f"(the figures here are one device's); no collective")
+    click.echo(f"  device memory per step: {fmt_bytes(m.step_device_bytes)}"
+               + (" per device" if plan.mesh is not None else "") + f"; compile time {res.seconds:.2f} s")
 
 
 def _ignored_options(launch, weights, given):

@@ -103,6 +103,10 @@ def inspect(plan_path, as_json, plot_path, trust_key):
                            max_workspace_bytes=c.max_workspace_bytes, step_device_bytes=c.step_device_bytes)
     from aotplan.core.codec import signatures
 
+    if plan.mesh is not None:
+        mesh = plan.mesh
+        s["mesh"] = {"devices": mesh.devices, "parallel": mesh.parallel, "input_axes": list(mesh.input_axes),
+                     "output_axes": list(mesh.output_axes)}
     s["signature_algorithm"] = signatures.algorithm(header["signature"]) if header.get("signature") else None
     if header.get("signature") is None:
         s["signature"] = "none"
@@ -138,6 +142,10 @@ def inspect(plan_path, as_json, plot_path, trust_key):
                            f"another key){why_wrong}"}[s["signature"]])
     click.echo(f"launch mode {s['launch_mode']}, weights in {s['weights']}, planner {s['planner']}, "
                f"alignment {s['alignment']} B, passes {', '.join(s['passes']) or 'none'}")
+    if "mesh" in s:
+        click.echo(f"devices: {s['mesh']['devices']} ({s['mesh']['parallel']} parallel: each runs this plan on its "
+                   f"slice of every input's first axis, with its own arena and weights; the figures below are one "
+                   f"device's)")
     click.echo(f"device memory a step needs: {m['step_device_bytes']} B = arena {m['arena_bytes']} B + constant "
                f"pool {m['constant_pool_bytes']} B + "
                + (f"inline constants (in the kernels) {m['inline_constant_bytes']} B + "

@@ -177,6 +177,12 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
                                f"the dump alone: write the outputs elsewhere")
     session = pick_method(load_session(plan_path, trust_key, require_signature, trust_executables, cache_dir,
                                        isolate=isolate, max_memory=max_memory, echo=say), method, plan_path)
+    mesh = getattr(session, "mesh", None)
+    if mesh is not None:
+        for flag, given in (("--check-alloc", check_alloc), ("--profile", profile), ("--dump", dump_dir)):
+            if given:
+                raise AotplanError(f"{flag}: not supported yet for a plan for several devices ({plan_path} runs "
+                                   f"on {mesh.devices})")
     feeds = session_feeds(session, inputs, random_inputs, seed)
     m = session.memory
     plan = session.plan
@@ -192,6 +198,10 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
                + (f"inline constants {fmt_bytes(m.inline_constant_bytes)}, " if m.inline_constant_bytes else "")
                + (f"states {fmt_bytes(m.state_bytes)}, " if m.state_bytes else "")
                + f"workspace {fmt_bytes(m.max_workspace_bytes)})")
+    if mesh is not None:
+        say(f"  on {mesh.devices} devices ({', '.join(str(d) for d in session.devices)}), {mesh.parallel} parallel: "
+            f"each holds the memory above, the weights and an arena of its own; a step splits every input's "
+            f"first axis into {mesh.devices} slices and joins the outputs'")
     times = StepTimes()
     for _ in range(steps):  # (the device memory is stated before the first step)
         t0 = time.perf_counter()
@@ -200,6 +210,8 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     for name, a in outs.items():
         say(f"  output {name}: {a.dtype}{list(a.shape)} {preview(a)}")
     say(f"  step time over {plural(steps, 'step')}: {times.summary()}")
+    if mesh is not None:
+        report["devices"] = [str(d) for d in session.devices]
     report.update(load_ms=session.load_seconds * 1e3, kernel_source=session.kernel_source,
                   launch_mode=plan.launch_mode, launches=len(plan.launches), method=plan.method,
                   device_memory={"step": m.step_device_bytes, "arena": m.arena_bytes, "pool": m.constant_pool_bytes,

@@ -1,5 +1,6 @@
-"""The plan schema (format 7, `codec.FORMAT_VERSION`; a plan without states is written as
-format 6, which executors before states read): what the compiler decided and the executor obeys.
+"""The plan schema (format 8, `codec.FORMAT_VERSION`; a plan is written in the oldest
+format that holds it: 6 without states, methods or a mesh, which executors before
+states read; 7 with states or methods): what the compiler decided and the executor obeys.
 
 A plan is plain data. `aotplan.core.codec` turns it into bytes field by field;
 `aotplan.core.verify` checks one that came from outside before anything runs.
@@ -154,6 +155,28 @@ class PlanState:
     update: int
 
 
+PARALLEL_KINDS = ("data",)
+
+
+@dataclass(frozen=True)
+class PlanMesh:
+    """(Format 8.) The plan runs on `devices` devices at once. `parallel` "data": every
+    device runs this plan, as it is, on its own slice of the batch, with its own arena
+    (the same offsets on each) and its own copy of the weights; no device reads
+    another's bytes, so no collective runs. The plan's tensors are one device's: input
+    i's shape is the model's with its axis `input_axes[i]` divided by `devices`, and
+    output j's slices are joined along `output_axes[j]`."""
+
+    devices: int
+    parallel: str
+    input_axes: tuple
+    output_axes: tuple
+
+    def whole_shape(self, shape, axis):
+        """One device's shape -> the model's (axis `axis` times `devices`)."""
+        return tuple(d * self.devices if k == axis else d for k, d in enumerate(shape))
+
+
 @dataclass(frozen=True)
 class Provenance:
     model_name: str
@@ -194,6 +217,7 @@ class Plan:
     # states (same names, dtypes, shapes, offsets) and arena size, and no methods.
     method: str = ""
     methods: tuple = ()
+    mesh: PlanMesh = None  # (format 8) None: one device
 
     @property
     def has_native(self):

@@ -15,7 +15,7 @@ O(n log n) in the plan's size (`intervals.find_overlap`, a sweep, not all-pairs,
 many tensors are live at once): a plan file cannot make it slow.
 """
 
-from aotplan.core import dtypes, formats, intervals, verify_methods, verify_state
+from aotplan.core import dtypes, formats, intervals, verify_mesh, verify_methods, verify_state
 from aotplan.core.errors import LimitError, PlanError
 from aotplan.core.plan import LAUNCH_MODES, TENSOR_KINDS, WEIGHT_PLACEMENTS
 
@@ -44,6 +44,7 @@ def verify(plan):
         except PlanError as e:
             raise PlanError(f"method {name!r}: {e}") from None
     verify_methods.check(plan)
+    verify_mesh.check(plan)  # (after the inputs and outputs were checked)
     return plan
 
 

@@ -84,5 +84,6 @@ def test_compile_help_leads_with_the_everyday_options():
     assert "--disable" in shown and "--no-views" not in shown and "--schedule" not in shown
     # (was 21 before --disable folded the off switches; +2: --allow-outside-weights and
     # --max-unrolled-nodes, which the errors that need them name; +3: --state, --method
-    # and --profile, plans with states and methods; +1: --state-init, a state's first value)
-    assert len(shown) <= 23, shown
+    # and --profile, plans with states and methods; +1: --state-init, a state's first value;
+    # +2: --devices and --parallel, plans for several devices)
+    assert len(shown) <= 25, shown

@@ -4,6 +4,8 @@ or, once their format has left the supported window, are refused saying so."""
 import glob
 import os
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -36,6 +38,11 @@ def test_golden_plan_replays_or_is_refused_by_version(path):
         with pytest.raises(PlanError, match=f"plan format {v} is (older|newer) than this executor"):
             executor.load(path)
         return
+    if codec.read(path).mesh is not None:  # (several devices: forced host devices, in a child process)
+        r = subprocess.run([sys.executable, "-c", _MESH_CHILD, path, str(codec.read(path).mesh.devices)],
+                           capture_output=True, text=True, cwd=ROOT, timeout=600)
+        assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout[-3000:] + r.stderr[-6000:]
+        return
     sess = executor.load(path)
     # every kernel of an older plan, written by an older jax, takes the fast path too
     assert set(sess.kernel_paths.values()) == {"compiled"}, sess.kernel_paths
@@ -44,6 +51,24 @@ def test_golden_plan_replays_or_is_refused_by_version(path):
         assert set(got) == set(want)
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+_MESH_CHILD = r"""
+import os, sys
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={sys.argv[2]}").strip()
+import numpy as np
+import executor
+sess = executor.load(sys.argv[1])
+assert set(sess.kernel_paths.values()) == {"compiled"}, sess.kernel_paths
+with np.load(sys.argv[1][:-len(".plan")] + ".io.npz") as z:  # (one step: "in:NAME", "out:NAME")
+    io = {k: z[k] for k in z.files}
+got = sess.run({k[3:]: v for k, v in io.items() if k.startswith("in:")})
+want = {k[4:]: v for k, v in io.items() if k.startswith("out:")}
+assert set(got) == set(want) and want
+for k in want:
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+print("OK")
+"""
 
 
 def _steps(io_path):

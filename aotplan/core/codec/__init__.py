@@ -64,6 +64,9 @@ Version changelog:
     states are written as format 7: a plan without is written as format 6, byte for
     byte as aotplan 0.6 wrote it, so executors before 0.7 still load it. Versions 2-6
     still load.
+  8: a mesh, plans for several devices (`mesh`: nil, or [devices, parallel, input
+    axes, output axes]; `aotplan.core.plan.PlanMesh`). Only plans with a mesh are
+    written as format 8; the others as 6 or 7, as before. Versions 2-7 still load.
 
 The modules: `frame` (magic, version, header, signature, the file's layout), `payload`
 (a Plan as positional rows, current format), `upgrades` (formats 2-5 upgraded to the
@@ -79,7 +82,7 @@ from aotplan.core.codec.frame import (  # noqa: F401
 )
 from aotplan.core.codec.keys import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES, check_key, env_key, read_key  # noqa: F401
 from aotplan.core.codec.payload import (  # noqa: F401
-    FORMAT_VERSION, STATELESS_VERSION, decode_payload, encode_payload, version_of,
+    FORMAT_VERSION, STATE_VERSION, STATELESS_VERSION, decode_payload, encode_payload, version_of,
 )
 from aotplan.core.codec.plan_file import decode, decode_checked, encode  # noqa: F401
 from aotplan.core.codec.upgrades import PAYLOAD_FIELDS  # noqa: F401

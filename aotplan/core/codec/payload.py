@@ -1,6 +1,8 @@
 """The payload: a Plan as a msgpack map of positional rows (the current format), and
 back, every field's type checked. An older format's payload is upgraded first."""
 
+import dataclasses
+
 import msgpack
 
 from aotplan.core.codec import upgrades
@@ -8,9 +10,12 @@ from aotplan.core.codec.data import DATA_ALIGN, DATA_CHUNK, chunk_digests, share
 from aotplan.core.codec.fields import check, exact_fields, get, ints, row, strs
 from aotplan.core.codec.upgrades import METHOD_FIELDS, PAYLOAD_FIELDS
 from aotplan.core.errors import PlanError
-from aotplan.core.plan import Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanState, PlanTensor, Provenance
+from aotplan.core.plan import (
+    Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanMesh, PlanState, PlanTensor, Provenance,
+)
 
-FORMAT_VERSION = 7  # the newest format, what `encode_payload` writes for a plan with states or methods
+FORMAT_VERSION = 8  # the newest format, what `encode_payload` writes for a plan with a mesh
+STATE_VERSION = 7  # what it writes for a plan with states or methods and no mesh
 STATELESS_VERSION = 6  # what it writes for a plan of one method without: the bytes executors before 7 read
 
 # Limits for the payload decoder: a corrupt length field must not allocate gigabytes.
@@ -40,9 +45,12 @@ def has_state(plan):
 
 
 def version_of(plan):
-    """The format a plan is written in: the oldest that holds it (6 without states or
-    methods, so such a plan's bytes are those of aotplan 0.6 and its executors read them)."""
-    return FORMAT_VERSION if has_state(plan) or plan.methods or plan.method else STATELESS_VERSION
+    """The format a plan is written in: the oldest that holds it (6 without states,
+    methods or a mesh, so such a plan's bytes are those of aotplan 0.6 and its executors
+    read them; 7 without a mesh, read by executors since states)."""
+    if plan.mesh is not None:
+        return FORMAT_VERSION
+    return STATE_VERSION if has_state(plan) or plan.methods or plan.method else STATELESS_VERSION
 
 
 def _launch(l):
@@ -67,6 +75,10 @@ def encode_payload(plan, constant_rows=None, digests=None):
     if version >= 7:
         fields["method"] = plan.method
         fields["methods"] = [_fields(m, r, version, {}) | {"method": m.method} for m, r in zip(plan.methods, rows[1:])]
+    if version >= 8:
+        mesh = plan.mesh
+        fields["mesh"] = None if mesh is None else [mesh.devices, mesh.parallel, list(mesh.input_axes),
+                                                    list(mesh.output_axes)]
     return msgpack.packb(fields, use_bin_type=True)
 
 
@@ -131,6 +143,15 @@ def _decode_state(r, i):
     r = row(r, 3, f)
     return PlanState(name=check(r[0], str, f + ".name"), tensor=check(r[1], int, f + ".tensor"),
                      update=check(r[2], int, f + ".update"))
+
+
+def _decode_mesh(m):
+    """The payload's `mesh` (format 8): nil, or [devices, parallel, input axes, output axes]."""
+    if m is None:
+        return None
+    r = row(m, 4, "mesh")
+    return PlanMesh(devices=check(r[0], int, "mesh.devices"), parallel=check(r[1], str, "mesh.parallel"),
+                    input_axes=ints(r[2], "mesh.input_axes"), output_axes=ints(r[3], "mesh.output_axes"))
 
 
 def _decode_launch(r, i):
@@ -208,7 +229,8 @@ def decode_payload(payload, version=FORMAT_VERSION, section=b""):
                                         provenance, ()))
         except PlanError as e:
             raise PlanError(f"methods[{i}]: {e}") from None
-    return _decode_plan(m, consts, provenance, tuple(methods))
+    mesh = m.get("mesh")
+    return dataclasses.replace(_decode_plan(m, consts, provenance, tuple(methods)), mesh=_decode_mesh(mesh))
 
 
 def _decode_plan(m, consts, provenance, methods):

@@ -14,12 +14,13 @@ PAYLOAD_FIELDS_2 = ("launch_mode", "weights", "planner", "passes", "alignment", 
                     "place_kernel", "memory", "provenance")
 PAYLOAD_FIELDS_5 = PAYLOAD_FIELDS_2 + ("data_sha256",)  # format 5's `data_sha256`; 6 added none
 PAYLOAD_FIELDS_7 = PAYLOAD_FIELDS_5 + ("states", "method", "methods")
+PAYLOAD_FIELDS_8 = PAYLOAD_FIELDS_7 + ("mesh",)
 # a further method of a format-7 plan: a plan's own fields (the data section's digests
-# and the provenance are the top plan's; a method holds no methods)
+# and the provenance are the top plan's; a method holds no methods; the mesh is the plan's)
 METHOD_FIELDS = tuple(f for f in PAYLOAD_FIELDS_7 if f not in ("data_sha256", "provenance", "methods"))
-PAYLOAD_FIELDS = PAYLOAD_FIELDS_7  # the current format's
+PAYLOAD_FIELDS = PAYLOAD_FIELDS_8  # the current format's
 FIELDS_OF = {2: PAYLOAD_FIELDS_2, 3: PAYLOAD_FIELDS_2, 4: PAYLOAD_FIELDS_2, 5: PAYLOAD_FIELDS_5, 6: PAYLOAD_FIELDS_5,
-             7: PAYLOAD_FIELDS_7}
+             7: PAYLOAD_FIELDS_7, 8: PAYLOAD_FIELDS_8}
 
 
 def _tensor_rows(m, n):
@@ -84,7 +85,13 @@ def to_7(m, section, version):
     return m, section
 
 
-STEPS = {2: to_3, 3: to_4, 4: to_5, 5: to_6, 6: to_7}  # format v -> the step to v + 1
+def to_8(m, section, version):
+    """Format 8 added `mesh` (a plan for several devices): an older plan runs on one."""
+    m["mesh"] = None
+    return m, section
+
+
+STEPS = {2: to_3, 3: to_4, 4: to_5, 5: to_6, 6: to_7, 7: to_8}  # format v -> the step to v + 1
 
 
 def upgrade(m, version, section):

@@ -1,0 +1,155 @@
+"""A plan for several devices (`PlanMesh`, format 8) at work: data parallel.
+
+Each device gets a `Session` of the plan's one-device program: its own arena (at the
+same offsets on every device), its own copy of the weights, its kernels compiled for
+it. A step splits each input along its mesh axis into one slice per device (numpy
+views, no copy), dispatches every device's step before reading any output (jax's
+dispatch is asynchronous, so the devices run at once), then joins each output's
+slices along its axis. No device reads another's bytes: data-parallel inference needs
+no collective. Nothing is allocated on a device per step beyond what each device's
+Session allocates (nothing: `aotplan replay --check-alloc`).
+"""
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from aotplan.core import dtypes, verify
+from aotplan.core.errors import FeedError, PlanError
+from aotplan.core.plan import Plan
+from executor.arguments import resolve_device, short
+from executor.session import Session
+
+
+def mesh_devices(n, devices=None):
+    """The `n` devices a mesh plan runs on: `devices` (a list of jax Devices or names),
+    or the first `n` of the default platform's. Fewer than `n` is one PlanError."""
+    if devices is None or isinstance(devices, (str, jax.Device)):
+        first = resolve_device(devices)
+        every = jax.devices(first.platform)
+        found = every[every.index(first):] if first in every else every
+        if len(found) < n:
+            cpu = (" (on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N before jax starts gives N host "
+                   "devices)" if first.platform == "cpu" else "")
+            start = f", {len(found)} from {first}" if len(found) < len(every) else ""
+            raise PlanError(f"the plan runs on {n} devices (data parallel); this host has {len(every)} "
+                            f"{first.platform} device(s){start}{cpu}")
+        return list(found[:n])
+    devices = [resolve_device(d) for d in devices]
+    if len(devices) != n or len(set(devices)) != n:
+        raise PlanError(f"devices: the plan runs on {n} different devices, got {len(devices)} "
+                        f"({len(set(devices))} different)")
+    return devices
+
+
+class MeshSession:
+    """`Session`'s interface for a data-parallel plan: `run`, `input_specs`,
+    `output_specs`, `memory`, `close`, a context manager. `sessions`: one Session per
+    device, in mesh order. `devices`: as `mesh_devices` takes them; the other arguments
+    are each device's Session's."""
+
+    def __init__(self, plan, devices=None, **session_args):
+        if not isinstance(plan, Plan):
+            raise PlanError(f"MeshSession takes a decoded plan (aotplan.core.plan.Plan), got {type(plan).__name__}")
+        verify.verify(plan)
+        if plan.mesh is None:
+            raise PlanError("MeshSession: the plan runs on one device (no mesh): executor.load opens it as a Session")
+        self.plan, self.mesh = plan, plan.mesh
+        self.devices = mesh_devices(self.mesh.devices, devices)
+        one = dataclasses.replace(plan, mesh=None)
+        self.sessions = []
+        try:
+            for d in self.devices:
+                self.sessions.append(Session(one, device=d, **session_args))
+        except BaseException:
+            self.close()
+            raise
+        T = plan.tensors
+        self._inputs = [(T[i], a) for i, a in zip(plan.inputs, self.mesh.input_axes)]
+        self._outputs = [(name, a) for name, a in zip(plan.output_names, self.mesh.output_axes)]
+        self.load_seconds = sum(s.load_seconds for s in self.sessions)
+
+    @property
+    def input_specs(self):
+        """[(name, logical dtype, the model's shape)], as Session's: each device's slices joined."""
+        return [(t.name, t.dtype, self.mesh.whole_shape(t.shape, a)) for t, a in self._inputs]
+
+    @property
+    def output_specs(self):
+        T = self.plan.tensors
+        return [(name, T[i].dtype, self.mesh.whole_shape(T[i].shape, a))
+                for (name, a), i in zip(self._outputs, self.plan.outputs)]
+
+    @property
+    def methods(self):
+        return {self.plan.method: self}
+
+    @property
+    def kernel_source(self):
+        return self.sessions[0].kernel_source
+
+    @property
+    def kernel_paths(self):
+        return self.sessions[0].kernel_paths
+
+    @property
+    def adopt_seconds(self):
+        took = [s.adopt_seconds for s in self.sessions]
+        return None if None in took else max(took)
+
+    def wait_ready(self):
+        for s in self.sessions:
+            s.wait_ready()
+
+    @property
+    def memory(self):
+        """One device's MemoryStats (every device holds the same)."""
+        return self.sessions[0].memory
+
+    def run(self, feeds, device_outputs=False, method=None):
+        """{input name: numpy array of the model's shape} -> {output name: array}: numpy,
+        or with `device_outputs=True` a list of each device's outputs (device arrays).
+        `method`: None or the plan's one method's name, as Session takes it."""
+        if method is not None and method != self.plan.method:
+            raise FeedError(f"method {method!r}: this plan has one method ({self.plan.method!r})")
+        if not isinstance(feeds, dict):
+            raise FeedError(f"feeds: expected a dict of input name -> array, got {type(feeds).__name__}")
+        want = {name: shape for name, _, shape in self.input_specs}
+        unknown = sorted(set(feeds) - set(want))
+        missing = [n for n in want if n not in feeds]
+        if unknown or missing:
+            raise FeedError(f"input {(missing or unknown)[0]!r}: " + ("missing" if missing else
+                            f"not an input of this plan (inputs: {', '.join(want)})"))
+        parts = [{} for _ in self.sessions]
+        for t, axis in self._inputs:
+            a = feeds[t.name]
+            if not isinstance(a, np.ndarray):
+                raise FeedError(f"input {t.name!r}: a plan for several devices takes numpy arrays, got "
+                                f"{type(a).__name__} {short(a)}")
+            shape = want[t.name]
+            if a.shape != shape:
+                raise FeedError(f"input {t.name!r}: expected {t.dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
+            for part, piece in zip(parts, np.split(a, self.mesh.devices, axis=axis)):
+                part[t.name] = piece
+        outs = [s.run(p, device_outputs=True) for s, p in zip(self.sessions, parts)]  # (all dispatched first)
+        if device_outputs:
+            return outs
+        T = self.plan.tensors
+        return {name: np.concatenate([dtypes.from_storage(np.asarray(o[name]), T[i].dtype) for o in outs], axis=axis)
+                for (name, axis), i in zip(self._outputs, self.plan.outputs)}
+
+    def close(self):
+        for s in self.sessions:
+            s.close()
+
+    @property
+    def closed(self):
+        return all(s.closed for s in self.sessions)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

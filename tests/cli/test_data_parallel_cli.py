@@ -1,0 +1,56 @@
+"""`aotplan compile --devices N` and the commands that read its plan: the summary says
+the devices, `inspect` prints the mesh, `replay` runs it on N (forced host) devices
+and prints them, and what is not supported yet for such a plan is one error naming
+the flag."""
+
+import os
+
+import jax
+import pytest
+
+from conftest import EXAMPLES, aotplan_cli
+
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="forced host devices: a CPU host's test")
+
+MLP = os.path.join(EXAMPLES, "mlp", "model.json")
+
+
+def _env(devices):
+    flags = (os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}").strip()
+    return {**{k: v for k, v in os.environ.items() if k not in ("AOTPLAN_TRUST_KEY", "AOTPLAN_CACHE_DIR")},
+            "XLA_FLAGS": flags}
+
+
+@pytest.fixture(scope="module")
+def plan2(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("dp") / "mlp2.plan")
+    r = aotplan_cli("compile", MLP, "--devices", "2", "-o", path)
+    assert r.returncode == 0, r.stderr
+    assert "devices: 2 (data parallel): each runs this plan on 2 of the batch's 4" in r.stdout, r.stdout
+    assert "per device; compile time" in r.stdout, r.stdout
+    return path
+
+
+def test_replay_runs_on_the_devices_and_inspect_prints_the_mesh(plan2):
+    r = aotplan_cli("replay", plan2, "--random-inputs", "--steps", "2", env=_env(2))
+    assert r.returncode == 0, r.stderr
+    assert "on 2 devices (cpu:0, cpu:1), data parallel" in r.stdout and "output probs: float32[4, 10]" in r.stdout, \
+        r.stdout
+    r = aotplan_cli("inspect", plan2)
+    assert r.returncode == 0 and "devices: 2 (data parallel:" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["replay", "{plan}", "--random-inputs"],
+     "error: the plan runs on 2 devices (data parallel); this host has 1 cpu device(s)"),
+    (["replay", "{plan}", "--random-inputs", "--profile"],
+     "error: --profile: not supported yet for a plan for several devices"),
+    (["compile", MLP, "--devices", "3", "-o", "{tmp}/x.plan"],
+     "error: --devices 3 does not divide the batch: input 'x' has 4 on its first axis"),
+    (["compile", MLP, "--devices", "2", "--state", "probs=x", "-o", "{tmp}/x.plan"],
+     "--devices 2: a plan for several devices holds one method and no states (leave out --state)"),
+])
+def test_what_it_cannot_do_is_one_error(plan2, tmp_path, args, msg):
+    devices = 2 if "--profile" in args else 1
+    r = aotplan_cli(*[a.format(plan=plan2, tmp=tmp_path) for a in args], env=_env(devices))
+    assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
