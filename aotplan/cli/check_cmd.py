@@ -2,6 +2,7 @@
 model (`aotplan.cli.check_launches`), naming the first launch whose numbers are off.
 """
 
+import dataclasses
 import os
 
 import click
@@ -74,6 +75,13 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
     graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights, states, state_inits)
     if digest != plan.provenance.model_digest:
         raise AotplanError(_not_compiled_from(plan, plan_path, graph, model, digest, frozen))
+    if plan.mesh is not None:  # every device runs one device's program: check it, at one slice's shapes
+        from compiler import data_parallel
+
+        click.echo(f"{plan_path}: runs on {plan.mesh.devices} devices ({plan.mesh.parallel} parallel): checking "
+                   f"one device's program against the model at one slice of the batch")
+        graph = data_parallel.shard_graph(graph, plan.mesh.devices)
+        plan = dataclasses.replace(plan, mesh=None)
     opts = pipeline.Options(planner=plan.planner, weights=plan.weights, launch="kernel",
                             disabled=frozenset(set(pipeline.CLEANUP_PASSES) - set(plan.passes)))
     cache_dir = cache_dir or os.environ.get("AOTPLAN_CACHE_DIR")
@@ -119,8 +127,6 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
                    + (_first_difference(diffs, n) if diffs else "all agree with the direct evaluation"))
     plan_bad = out_bad or bool(cdiffs) or own is not None
     if out_bad and session.kernel_source == "native":  # the executables, or what they were built from?
-        import dataclasses
-
         bare = dataclasses.replace(plan, kernels=tuple(dataclasses.replace(k, native=b"") for k in plan.kernels),
                                    provenance=dataclasses.replace(plan.provenance, native_fingerprint=""))
         portable = executor.Session(bare).run(_own(feeds, session))  # (no executables: none go unused)

@@ -1,6 +1,7 @@
 """`aotplan compile --devices N` and the commands that read its plan: the summary says
 the devices, `inspect` prints the mesh, `replay` runs it on N (forced host) devices
-and prints them, and what is not supported yet for such a plan is one error naming
+and prints them, `check` compares one device's program with the model, and what is
+not supported yet for such a plan is one error naming
 the flag."""
 
 import os
@@ -38,6 +39,13 @@ def test_replay_runs_on_the_devices_and_inspect_prints_the_mesh(plan2):
         r.stdout
     r = aotplan_cli("inspect", plan2)
     assert r.returncode == 0 and "devices: 2 (data parallel:" in r.stdout, r.stdout + r.stderr
+
+
+def test_check_compares_one_devices_program_with_the_model(plan2):
+    r = aotplan_cli("check", plan2, MLP)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "runs on 2 devices (data parallel): checking one device's program against the model at one slice" \
+        in r.stdout and "output probs: ok" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("args,msg", [
