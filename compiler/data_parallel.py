@@ -21,8 +21,7 @@ import numpy as np
 from aotplan.core import dtypes
 from aotplan.core.errors import ModelError
 from aotplan.core.plan import PARALLEL_KINDS, PlanMesh
-
-MAX_DEVICES = 4096  # (the verifier's bound: aotplan.core.verify_mesh)
+from aotplan.core.verify_mesh import MAX_DEVICES
 # The largest difference between the whole batch's outputs and the slices' joined,
 # relative to the output's largest magnitude, still taken for float rounding (the
 # same programs over a batch of another size may sum in another order).
