@@ -19,7 +19,7 @@ from compiler.frontends.states import declare as declare_states
 _KNOWN = {f.name for f in dataclasses.fields(pipeline.Options)} - {"launch", "targets", *pipeline.RESOLVED_FIELDS}
 
 
-def compile(model, *, input_shapes=None, freeze=None, states=None, state_inits=None, launch="sink", target="host",
+def compile(model, *, input_shapes=None, freeze=None, states=None, state_inits=None, launch=None, target="host",
             name=None, progress=None, devices=1, parallel="data", **options):
     """Compile a model into a plan (aotplan.core.plan.Plan; `plan.save(path)` writes it).
 
@@ -29,12 +29,15 @@ def compile(model, *, input_shapes=None, freeze=None, states=None, state_inits=N
     states: {output name: input name}: tensors kept on the device across steps (a KV
         cache), as `--state OUT=IN`; state_inits: {input name: array}, their values before
         the first step (default zeros), as `--state-init`.
-    launch: "sink" (one program a step), "fused" or "kernel".
+    launch: "sink" (one program a step), "fused" or "kernel" (default: sink; fused for
+        parallel="tensor").
     target: "host", "cpu", "cuda" or "both": the platforms the kernels are exported for.
     name: the model's name (an ONNX model's default: its file name or graph name).
     devices, parallel: a plan for several devices, as `--devices N --parallel data`:
         each device runs the model on its slice of the batch (every input's first
-        axis, which `devices` must divide; compiler/data_parallel.py).
+        axis, which `devices` must divide; compiler/data_parallel.py); parallel="tensor":
+        each device holds its part of the split weights, collectives join the parts
+        (compiler/tensor_parallel.py).
     options: any field of compiler.pipeline.Options (planner, weights, inline_bytes,
         format_policy, jobs, embed_native, ...), as the command's options set them.
     progress: None, or a function of the number of launches lowered so far."""
@@ -42,9 +45,15 @@ def compile(model, *, input_shapes=None, freeze=None, states=None, state_inits=N
     if unknown:
         raise TypeError(f"compiler.compile: unknown option {unknown[0]!r} (options: {', '.join(sorted(_KNOWN))})")
     targets = {"host": (), "both": ("cpu", "cuda")}.get(target, (target,))
+    if launch is None:
+        launch = "fused" if parallel == "tensor" and devices != 1 else "sink"
     opts = pipeline.Options(launch=launch, targets=targets, **options)
     graph, digest = _graph(model, input_shapes, freeze, name)
     graph, digest = declare_states(graph, digest, list((states or {}).items()), flag="states", inits=state_inits)
+    if devices != 1 and parallel == "tensor":
+        from compiler import tensor_parallel_plan
+
+        return tensor_parallel_plan.compile_tensor_parallel(graph, digest, opts, devices, progress=progress).plan
     if devices != 1:
         from compiler import data_parallel
 

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 
 from aotplan.core import debug, dtypes, verify
-from aotplan.core.plan import WEIGHT_PLACEMENTS
+from aotplan.core.plan import WEIGHT_PLACEMENTS, PlanMesh
 from aotplan.core.errors import InternalError, ModelError
-from compiler import search
+from compiler import collectives, ops, search
 from compiler.passes import (
     bn_fold, cse, dce, emit, fold, format_cost, group, identity, infer, layout, liveness, lower, plan_memory, schedule,
     state, unroll, validate, views, weight_layout,
@@ -73,6 +73,9 @@ class Options:
     jobs: int = 0  # XLA compiles at once while lowering; 0: xla_options.default_jobs() (the plan is the same)
     inline_bytes: int = INLINE_BYTES  # sink/fused, weights in the pool: constants compiled into kernels, at most
     max_unrolled_nodes: int = unroll.MAX_UNROLLED_NODES  # nodes all of an ONNX model's loops may write, unrolled
+    devices: int = 1  # a tensor-parallel plan's devices (compiler/tensor_parallel.py): its graph's collectives span
+    # them; its launches take the feeds from an input kernel and give the outputs to an output kernel (a
+    # collective may come last)
     # (set by `resolve`, once, before any pass: the storage-format cost table of the
     # first target, read from compiler/calibration/, or None where it was not measured)
     cost_table: object = dataclasses.field(default=None, compare=False, repr=False)
@@ -232,6 +235,11 @@ def front(graph, options=Options()):
     check_options(options)
     graph, order, info = prepare(graph, options)
     state.check_types(graph, info)
+    if options.devices < 2:
+        coll = next((n for n in order if ops.get(n.op).collective), None)
+        if coll is not None:
+            raise ModelError(f"node {coll.name!r}: {coll.op} is a collective over several devices; it runs only in a "
+                             f"plan compiled --devices N --parallel tensor")
     lay = layout.run(graph, order, info, options.format_policy, options.platforms()[0], launch=options.launch,
                      table=options.cost_table)
     debug.log(1, f"layout[{lay.policy}]: {lay.conversions} conversions, "
@@ -270,6 +278,7 @@ def plan_front(fr, options=Options(), cuts=frozenset()):
     # raise the peak: "auto" also plans without it and keeps the lower peak (placement
     # on ties: it also saves the concat's launch and copy)
     part_choices = (all_parts, {}) if all_parts and options.placement == "auto" else (all_parts,)
+    feeds_first = False if options.devices > 1 else None  # (a tensor-parallel plan has an input kernel)
 
     sizes = {t: formats.nbytes(i.shape, i.dtype, fmts[t]) for t, i in info.items()}
 
@@ -278,7 +287,7 @@ def plan_front(fr, options=Options(), cuts=frozenset()):
         gs = group.run([n for n in o if n.outputs[0] not in elided], launch, info, options.fuse_min_flops, sizes,
                        cuts=cuts)
         lv = liveness.run(graph, gs, info, options.weights, materialize_all=launch == "kernel", inplace=inplace,
-                          views=view_map, parts=parts, fmts=fmts)
+                          views=view_map, parts=parts, fmts=fmts, feeds_first=feeds_first)
         return gs, lv, _bound(lv)
 
     # views and placement are kernel-mode sharing: in fused and sink plans reshapes and
@@ -304,7 +313,8 @@ def plan_front(fr, options=Options(), cuts=frozenset()):
     inline = inline_choice(groups, live, options)
     if inline:  # the same lifetimes (inline constants are not in the arena), the storage changed
         live = liveness.run(graph, groups, info, options.weights, materialize_all=kernel_mode,
-                            inplace=options.inplace, views=view_map, parts=part_map, fmts=fmts, inline=inline)
+                            inplace=options.inplace, views=view_map, parts=part_map, fmts=fmts, inline=inline,
+                            feeds_first=feeds_first)
     labels = tuple(group.label(g, options.launch, i) for i, g in enumerate(groups))
     debug.log(1, f"group[{options.launch}]: {len(order)} nodes ({len(view_map)} views, {len(part_map)} placed "
                  f"concat inputs) -> {len(groups)} launches; schedule {schedule_name}")
@@ -389,23 +399,29 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
         native_for = jax.devices()[0]
 
     def lowered_for(p, progress=None, only=None, band_floor=lower.MIN_REFINED_WORKSPACE):
+        p = collectives.strip(p)[0]  # (no kernel holds a collective)
         cmap = p.graph.constant_map()
         inline = {t.name: dtypes.to_storage(cmap[t.name].data, t.dtype, f"constant {t.name!r}")
                   for t in p.live.tensors if t.storage == "inline"}
         return lower.run(p.groups, p.labels, p.live, p.mem, p.graph.returned, options.launch, options.reuse, native_for,
                          progress, options.targets, p.info, p.layout.formats, options.conv_bands, only=only,
                          band_floor=band_floor, jobs=options.jobs or None, inline=inline,
-                         state=(p.state_offsets, p.state_bytes))
+                         state=(p.state_offsets, p.state_bytes), separate_io=options.devices > 1)
 
     lowered = lowered_for(p, progress)
     if options.launch == "fused" and options.split_groups and arena_bytes is None:
         p, lowered = search.split_widest(p, lowered, lambda cuts: plan_front(fr, options, cuts), lowered_for)
+    p, colls = collectives.strip(p)
     graph, groups, live, mem = p.graph, p.groups, p.live, p.mem
-    debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches")
+    debug.log(1, f"lower: {len(lowered.kernels)} kernels for {len(groups)} launches, {len(colls)} collectives")
     passes = tuple(p for p in CLEANUP_PASSES if options.runs(p))
     plan = emit.run(graph, output_names, digest, live, mem, lowered, options.weights, passes, options.launch,
                     (p.plain_bound, p.shared_bound), (p.state_offsets, p.state_bytes))
-    verify.verify(plan)
+    if options.devices > 1:  # (compiler/tensor_parallel.py adds the shardings and the weights' parts)
+        plan = dataclasses.replace(plan, mesh=PlanMesh(options.devices, "tensor", (-1,) * len(plan.inputs),
+                                                       (-1,) * len(plan.outputs), collectives=colls))
+    else:  # (a tensor-parallel plan is verified once its mesh is whole: compiler/tensor_parallel_plan.py)
+        verify.verify(plan)
     return Result(plan, time.perf_counter() - t0, n_nodes, format_stats(p, lowered))
 
 

@@ -136,9 +136,12 @@ def _child():
             plan, trusted = codec.decode_checked(data.toreadonly(), key, req["require_signature"])
         except errors.PlanError as e:  # named as a file's decoding errors are (`codec.read_checked`)
             raise files.named(req["name"], e) from None
-        if plan.mesh is not None:  # (several devices run this one device's program: one checks it for all)
+        # (several devices run this one device's program: one checks it for all; a
+        # tensor-parallel plan's device 0, its launches without the collectives)
+        tensor = plan.mesh is not None and plan.mesh.parallel == "tensor"
+        if plan.mesh is not None and not tensor:
             plan = dataclasses.replace(plan, mesh=None)
-        session = executor.Session(plan, warmup=True, trusted=trusted or req["trust_executables"],
+        session = executor.Session(plan, warmup=True, mesh_device=0 if tensor else None, trusted=trusted or req["trust_executables"],
                                    progress=lambda what: say(_STAGE + what), jobs=1,  # a crash names its kernel
                                    max_memory=req["max_memory"],
                                    reader_guard=False)  # (this child is the guard: a crash here is reported)

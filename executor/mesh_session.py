@@ -1,4 +1,4 @@
-"""A plan for several devices (`PlanMesh`, format 8) at work: data parallel.
+"""A plan for several devices (`PlanMesh`, format 8 on) at work: data or tensor parallel.
 
 Each device gets a `Session` of the plan's one-device program: its own arena (at the
 same offsets on every device), its own copy of the weights, its kernels compiled for
@@ -8,6 +8,12 @@ dispatch is asynchronous, so the devices run at once), then joins each output's
 slices along its axis. No device reads another's bytes: data-parallel inference needs
 no collective. Nothing is allocated on a device per step beyond what each device's
 Session allocates (nothing: `aotplan replay --check-alloc`).
+
+Tensor parallel (format 9): each device's Session holds its part of the split weights
+(`PlanMesh.device_constants`) and every device takes the whole inputs. A step runs
+every device's launches up to a collective (`Session.steps` pauses there), the
+collective over all the arenas (executor/collectives.py), and on to the next; the
+outputs are whole on every device, and device 0's are returned.
 """
 
 import dataclasses
@@ -16,13 +22,23 @@ import jax
 import numpy as np
 
 from aotplan.core import dtypes, verify
-from aotplan.core.errors import FeedError, PlanError
+from aotplan.core.errors import FeedError, InternalError, PlanError
 from aotplan.core.plan import Plan
 from executor.arguments import resolve_device, short
+from executor.collectives import Collectives
 from executor.session import Session
 
 
-def mesh_devices(n, devices=None):
+def _send(step, arena):
+    """-> (True, the outputs) where a device's step ended, else (False, its arena at
+    the next collective)."""
+    try:
+        return False, (next(step) if arena is None else step.send(arena))
+    except StopIteration as done:
+        return True, done.value
+
+
+def mesh_devices(n, devices=None, parallel="data"):
     """The `n` devices a mesh plan runs on: `devices` (a list of jax Devices or names),
     or the first `n` of the default platform's. Fewer than `n` is one PlanError."""
     if devices is None or isinstance(devices, (str, jax.Device)):
@@ -33,7 +49,7 @@ def mesh_devices(n, devices=None):
             cpu = (" (on CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N before jax starts gives N host "
                    "devices)" if first.platform == "cpu" else "")
             start = f", {len(found)} from {first}" if len(found) < len(every) else ""
-            raise PlanError(f"the plan runs on {n} devices (data parallel); this host has {len(every)} "
+            raise PlanError(f"the plan runs on {n} devices ({parallel} parallel); this host has {len(every)} "
                             f"{first.platform} device(s){start}{cpu}")
         return list(found[:n])
     devices = [resolve_device(d) for d in devices]
@@ -56,12 +72,20 @@ class MeshSession:
         if plan.mesh is None:
             raise PlanError("MeshSession: the plan runs on one device (no mesh): executor.load opens it as a Session")
         self.plan, self.mesh = plan, plan.mesh
-        self.devices = mesh_devices(self.mesh.devices, devices)
-        one = dataclasses.replace(plan, mesh=None)
+        self.devices = mesh_devices(self.mesh.devices, devices, self.mesh.parallel)
+        self.tensor = self.mesh.parallel == "tensor"
         self.sessions = []
         try:
-            for d in self.devices:
-                self.sessions.append(Session(one, device=d, **session_args))
+            if self.tensor:
+                warmup = session_args.pop("warmup", True)
+                for k, d in enumerate(self.devices):  # (the mesh's own warm-up step below)
+                    self.sessions.append(Session(plan, device=d, warmup=False, mesh_device=k, **session_args))
+                self._collectives = Collectives(plan, self.devices)
+                self._pauses = frozenset(self._collectives.after)
+            else:
+                one = dataclasses.replace(plan, mesh=None)
+                for d in self.devices:
+                    self.sessions.append(Session(one, device=d, **session_args))
         except BaseException:
             self.close()
             raise
@@ -69,6 +93,8 @@ class MeshSession:
         self._inputs = [(T[i], a) for i, a in zip(plan.inputs, self.mesh.input_axes)]
         self._outputs = [(name, a) for name, a in zip(plan.output_names, self.mesh.output_axes)]
         self.load_seconds = sum(s.load_seconds for s in self.sessions)
+        if self.tensor and warmup:
+            self.run({name: np.zeros(shape, dtypes.np_dtype(dt)) for name, dt, shape in self.input_specs})
 
     @property
     def input_specs(self):
@@ -121,6 +147,8 @@ class MeshSession:
         if unknown or missing:
             raise FeedError(f"input {(missing or unknown)[0]!r}: " + ("missing" if missing else
                             f"not an input of this plan (inputs: {', '.join(want)})"))
+        if self.tensor:
+            return self._tensor_step(feeds, device_outputs)
         parts = [{} for _ in self.sessions]
         for t, axis in self._inputs:
             a = feeds[t.name]
@@ -138,6 +166,32 @@ class MeshSession:
         T = self.plan.tensors
         return {name: np.concatenate([dtypes.from_storage(np.asarray(o[name]), T[i].dtype) for o in outs], axis=axis)
                 for (name, axis), i in zip(self._outputs, self.plan.outputs)}
+
+    def _tensor_step(self, feeds, device_outputs):
+        """Every device's launches, the collectives between them (module docstring)."""
+        args = [s.check_feeds(feeds) for s in self.sessions]
+        locks = [s.step_lock for s in self.sessions]
+        for lock in locks:
+            lock.acquire()
+        steps = [s.steps(a, None, self._pauses) for s, a in zip(self.sessions, args)]
+        try:
+            got = [_send(st, None) for st in steps]  # (up to the first collective)
+            for s in sorted(self._pauses):
+                if any(ended for ended, _ in got):
+                    raise InternalError(f"a device's step ended before the collectives after launch {s}")
+                arenas = self._collectives.run(s, [a for _, a in got])
+                got = [_send(st, a) for st, a in zip(steps, arenas)]
+            if not all(ended for ended, _ in got):
+                raise InternalError("a device's step paused after the plan's last collective")
+            outs = got[0][1]  # (every device's outputs are whole: device 0's are the step's)
+        finally:
+            for st in steps:
+                st.close()
+            for lock in locks:
+                lock.release()
+        if device_outputs:
+            return dict(zip(self.plan.output_names, outs))
+        return self.sessions[0].host_outputs(outs)
 
     def close(self):
         for s in self.sessions:

@@ -20,6 +20,28 @@ ORT_TYPES = {
 }
 
 
+class InferenceSessionCalls:
+    """onnxruntime's introspection calls, for a session with `input_specs`,
+    `output_specs`, `plan` and `device` (executor.Session)."""
+
+    def get_inputs(self):
+        """[TensorInfo] of the inputs: `.name`, `.shape`, `.type` ("tensor(float)", as
+        onnxruntime's NodeArg), `.dtype` (what to feed)."""
+        return tensor_infos(self.input_specs)
+
+    def get_outputs(self):
+        return tensor_infos(self.output_specs)
+
+    def get_modelmeta(self):
+        """The plan's metadata, with onnxruntime's ModelMetadata fields (graph_name,
+        producer_name, version, custom_metadata_map) and its own (launch_mode,
+        platforms, device_memory_bytes, method)."""
+        return model_meta(self.plan)
+
+    def get_providers(self):
+        return [f"aotplan:{self.device.platform}"]
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     """An input or output, as onnxruntime's NodeArg shows it, plus its numpy dtype."""

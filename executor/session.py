@@ -39,7 +39,7 @@ def _host_is_device(device):
     return device.platform == "cpu"
 
 
-class Session(NativeAdoption):
+class Session(NativeAdoption, ort_api.InferenceSessionCalls):
     """`warmup`: run one step on zero inputs while loading, so that one-time runtime
     set-up (thread pools, library kernels built on first use, on a GPU module loading)
     is paid in load time, not in the first request. It costs about one step; with
@@ -75,11 +75,19 @@ class Session(NativeAdoption):
     Threads: `run` may be called from several threads; steps are serialized (one
     lock per session: the arena is one buffer), each caller gets its own outputs.
 
+    `mesh_device`: for a tensor-parallel plan (format 9), which of its devices this
+    session is (it places that device's part of the split weights): `MeshSession`
+    makes one per device and runs their steps, with the collectives between launches;
+    `run` refuses (a device alone would skip them). Its warm-up step runs the launches
+    without the collectives (the numbers do not matter): `aotplan verify` checks a
+    tensor-parallel plan's kernels that way, on device 0.
+
     `plan`: the verified plan. On a device whose memory is not the host's (a GPU), its
     `constants` are dropped once placed, so the host does not keep the weights too."""
 
     def __init__(self, plan, device=None, warmup=True, trusted=False, progress=None, jobs=None, max_memory=None,
-                 reader_guard=None, _parent=None):
+                 reader_guard=None, _parent=None, mesh_device=None):
+        self._mesh_device = mesh_device
         if _parent is not None:
             self._reader_guard = _parent._reader_guard
             with jax.transfer_guard("allow"):
@@ -118,7 +126,7 @@ class Session(NativeAdoption):
             self._placed = {}  # (memory_limits.constant_key) -> a pool constant's device array, shared by methods
             progress("verifying the plan")
             verify.verify(plan)
-            if plan.mesh is not None:
+            if plan.mesh is not None and self._mesh_device is None:
                 raise PlanError(f"the plan runs on {plan.mesh.devices} devices ({plan.mesh.parallel} parallel): "
                                 f"executor.load opens it, or executor.MeshSession")
             allowed, where = memory_limits.limit(self.device, max_memory)
@@ -149,7 +157,10 @@ class Session(NativeAdoption):
         array_type = type(jax.device_put(np.zeros((), np.float32), self.device))
         self._feeds = feed_checks.FeedCheck(self._inputs, self.device, loaded.feed_avals, array_type,
                                             [st.name for st in plan.states])
-        data = {c.tensor: c.data for c in plan.constants}
+        # (a tensor-parallel plan's device holds its own parts of the split weights)
+        mine = plan.constants if self._mesh_device is None else plan.mesh.device_constants(plan.constants,
+                                                                                           self._mesh_device)
+        data = {c.tensor: c.data for c in mine}
 
         def host_const(i):
             t = T[i]
@@ -202,7 +213,10 @@ class Session(NativeAdoption):
             for name, sess in self.methods.items():
                 progress("running a warm-up step" + (f" of method {name!r}" if self._children else ""))
                 zeros = {t.name: np.zeros(t.shape, dtypes.np_dtype(t.dtype)) for t in sess._inputs}
-                jax.block_until_ready(self.run(zeros, method=name) if self._children else self.run(zeros))
+                if self._mesh_device is not None:  # (no collectives: see the class docstring)
+                    jax.block_until_ready(self._step(self._feeds.args(zeros)[0]))
+                else:
+                    jax.block_until_ready(self.run(zeros, method=name) if self._children else self.run(zeros))
             if self._state is not None:  # the warm-up steps updated the states: back to their initial values
                 self.reset_state()
         self._arena.block_until_ready()
@@ -345,24 +359,6 @@ class Session(NativeAdoption):
     def memory(self):
         return self.plan.memory
 
-    # (onnxruntime's InferenceSession calls: executor/ort_api.py)
-    def get_inputs(self):
-        """[TensorInfo] of the inputs: `.name`, `.shape`, `.type` ("tensor(float)", as
-        onnxruntime's NodeArg), `.dtype` (what to feed)."""
-        return ort_api.tensor_infos(self.input_specs)
-
-    def get_outputs(self):
-        return ort_api.tensor_infos(self.output_specs)
-
-    def get_modelmeta(self):
-        """The plan's metadata, with onnxruntime's ModelMetadata fields (graph_name,
-        producer_name, version, custom_metadata_map) and its own (launch_mode,
-        platforms, device_memory_bytes, method)."""
-        return ort_api.model_meta(self.plan)
-
-    def get_providers(self):
-        return [f"aotplan:{self.device.platform}"]
-
     def arena_pointer(self):
         """The arena's device address (an int): the same after every step when steps
         run in place (`replay --check-alloc`). Taken under the session's lock, so a
@@ -458,6 +454,9 @@ class Session(NativeAdoption):
         if method is not None or self._children:
             if method != self.plan.method:
                 return self._method(method).run(feeds, device_outputs)
+        if self._mesh_device is not None:
+            raise PlanError("this session is one device's part of a tensor-parallel plan: the plan's MeshSession "
+                            "runs its steps (every device at once, with the collectives between launches)")
         if process.forks != self._forks:
             self._check_process("Session.run")
         if device_outputs is not False and device_outputs is not True and type(device_outputs) is not np.bool_:
@@ -480,7 +479,7 @@ class Session(NativeAdoption):
                 self._arena, self._state, *outs = state_sink[0](self._arena, self._state, *state_sink[1], *args)
             else:
                 outs = self._step(args)
-        outs = dict(zip(self._output_names, outs)) if device_outputs else self._host_outputs(outs)
+        outs = dict(zip(self._output_names, outs)) if device_outputs else self.host_outputs(outs)
         if self._to_adopt is not None:  # the first step is done: native kernels get jax's call path
             self._start_adopting()
         return outs
@@ -505,6 +504,18 @@ class Session(NativeAdoption):
         launch, arena)` (tools only) runs after the input kernel (index -1, launch
         None) and after each launch; `arena` is the current arena (and `_state` the
         current state buffer): read them, do not keep them."""
+        steps = self.steps(args, after)
+        try:
+            while True:
+                next(steps)  # (no pause: a plan of one device)
+        except StopIteration as done:
+            return done.value
+
+    def steps(self, args, after=None, pauses=frozenset()):
+        """`_step` as a generator, for a tensor-parallel plan's device
+        (executor.mesh_session): after each launch in `pauses` it yields the arena and
+        goes on with the arena it is sent (the collectives' result); it returns the
+        outputs. The caller holds the session's lock."""
         self._check_open()
         arena = self._arena
         if arena.is_deleted():  # a step was interrupted while a kernel held it
@@ -538,6 +549,8 @@ class Session(NativeAdoption):
                         arena = r
                 if after:
                     after(s, self.plan.launches[s], arena)
+                if s in pauses:
+                    arena = yield arena
             done = True
         finally:
             self._arena = arena
@@ -551,7 +564,13 @@ class Session(NativeAdoption):
             outs = self._out_kernel(arena)
         return outs
 
-    def _host_outputs(self, outs):
+    @property
+    def step_lock(self):
+        """The lock a step holds (steps are serialized): executor.mesh_session holds
+        every device's while it drives their `steps`."""
+        return self._lock
+
+    def host_outputs(self, outs):
         """Device outputs -> numpy arrays of the logical dtypes. From a device whose
         memory is not the host's, every output's copy to the host is started before
         the first is waited on (as `jax.device_get` does), not one after another."""
@@ -573,7 +592,7 @@ class Session(NativeAdoption):
             self._feeds.check_guard(args, host, False, self._host_memory)
         with self._lock:
             outs = self._step(args, after)
-        return dict(zip(self._output_names, outs)) if device_outputs else self._host_outputs(outs)
+        return dict(zip(self._output_names, outs)) if device_outputs else self.host_outputs(outs)
 
     def step_state_buffer(self):
         """For `run_launches`'s `after`: the state buffer as the step has left it so far

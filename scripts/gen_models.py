@@ -143,13 +143,13 @@ def unet():
     return b.graph([b.conv("head", h, cin, 2, 1, bias=True)])
 
 
-def bert4():
-    b = Builder("bert4", 4)
-    seq, hid, heads, ffn = 128, 768, 12, 3072
+def bert4(layers=4, seq=128, hid=768, heads=12, ffn=3072, name="bert4"):
+    """BERT-4; smaller sizes make a BERT-like model of the same structure (tests)."""
+    b = Builder(name, 4)
     dh = hid // heads
     x = b.input("hidden", (seq, hid))
     h = x
-    for i in range(4):
+    for i in range(layers):
         p = f"layer{i}"
 
         def heads_of(t, name):

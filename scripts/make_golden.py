@@ -50,6 +50,11 @@ def main(argv=None):
     feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in graph.inputs}
     for launch in ("sink", "fused", "kernel"):
         _freeze(f"mlp_2devices_{launch}", launch, graph, pipeline.Options(launch=launch), digest, [feeds], devices=2)
+    # tensor-parallel plans (format 9): the example MLP on 2 devices (no sink: its
+    # collectives run between launches)
+    for launch in ("fused", "kernel"):
+        _freeze(f"mlp_2devices_tensor_{launch}", launch, graph, pipeline.Options(launch=launch), digest, [feeds],
+                devices=2, parallel="tensor")
 
 
 def _freeze_methods():
@@ -119,12 +124,16 @@ def _initial_states(graph):
             for st in graph.states}
 
 
-def _freeze(name, launch, graph, opts, digest, steps, devices=1):
+def _freeze(name, launch, graph, opts, digest, steps, devices=1, parallel="data"):
     """Write <name>.plan into the folder of its format and <name>.io.npz: per step k,
     "in:NAME" and "out:NAME" (one step) or "step{k}.in:NAME" and "step{k}.out:NAME"
     (steps from the plan's initial states, run in order). `devices` > 1: a data-parallel
-    plan (the io: the whole batch's)."""
-    if devices > 1:
+    plan (the io: the whole batch's), or a tensor-parallel one."""
+    if devices > 1 and parallel == "tensor":
+        from compiler import tensor_parallel_plan
+
+        plan = tensor_parallel_plan.compile_tensor_parallel(graph, digest, opts, devices).plan
+    elif devices > 1:
         from compiler import data_parallel
 
         plan = data_parallel.compile_data_parallel(graph, digest, opts, devices).plan

@@ -46,8 +46,9 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
                    "name as the plan records it: model.json's \"name\" field).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D0,D1,...", help=INPUT_SHAPE_HELP)
 @click.option("--freeze-input", "frozen", multiple=True, metavar="NAME=FILE.npy", help=FREEZE_HELP)
-@click.option("--launch", type=click.Choice(LAUNCH_MODES), default="sink", show_default=True,
-              help="Launch granularity: sink = the whole step is one XLA program (fastest); fused = one launch "
+@click.option("--launch", type=click.Choice(LAUNCH_MODES), default=None,
+              help="Launch granularity [default: sink; fused with --parallel tensor]: sink = the whole step is "
+                   "one XLA program (fastest); fused = one launch "
                    "per group (a contraction and the cheap ops around it), tensors crossing groups live in the "
                    "arena; kernel = one launch per node, every tensor in the arena (for debugging, --dump, "
                    "profiles and `aotplan check`).")
@@ -64,11 +65,14 @@ DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {
                    "--profile b1:x=1,3,224,224 --profile b8:x=8,3,224,224, one method each, the weights stored "
                    "once. For ONNX inputs with symbolic dimensions.")
 @click.option("--devices", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
-              help="Run the plan on N devices at once (--parallel data: each device runs the model on its slice "
-                   "of the batch, every input's first axis, which N must divide; weights replicated). The model "
-                   "is checked to keep its samples apart (the whole batch and its slices give the same outputs).")
-@click.option("--parallel", type=click.Choice(["data"]), default="data", show_default=True,
-              help="How --devices splits the work: data (the batch).")
+              help="Run the plan on N devices at once. --parallel data: each device runs the model on its slice "
+                   "of the batch, every input's first axis, which N must divide; weights replicated; the model "
+                   "is checked to keep its samples apart (the whole batch and its slices give the same outputs). "
+                   "--parallel tensor: each device holds 1/N of the matmul and gemm weights (split the Megatron "
+                   "way: column- then row-parallel, attention by heads) and takes the whole inputs; all-reduce "
+                   "and all-gather launches join the parts between kernels (fused or kernel launch mode).")
+@click.option("--parallel", type=click.Choice(["data", "tensor"]), default="data", show_default=True,
+              help="How --devices splits the work: data (the batch) or tensor (the weights).")
 @click.option("--target", type=click.Choice(["host", "cpu", "cuda", "both"]), default="host", show_default=True,
               help="Platforms the plan's portable kernels are exported for: this host's, cpu, cuda (NVIDIA "
                    "GPUs; exported without a GPU here), or both. Workspace bytes are measured on this host.")
@@ -149,6 +153,10 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                                "missing MODEL (or --method NAME=MODEL for each method)")
     if profiles and not model:
         raise click.UsageError("--profile makes methods of MODEL: give MODEL, not --method")
+    if parallel == "tensor" and devices < 2:
+        raise click.UsageError("--parallel tensor splits the weights across devices: give --devices N (N >= 2)")
+    if launch is None:
+        launch = "fused" if parallel == "tensor" and devices > 1 else "sink"
     if devices > 1 and (method_specs or profiles or states):
         raise click.UsageError(f"--devices {devices}: a plan for several devices holds one method and no states "
                                f"(leave out {'--method' if method_specs else '--profile' if profiles else '--state'})")
@@ -210,7 +218,12 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         named, digest = load_methods(model, method_specs, profiles, input_shapes, frozen, allow_outside_weights,
                                      states, state_inits)
         progress = lambda k: "b" in bar and bar["b"].update(k)  # noqa: E731
-        if devices > 1:
+        if devices > 1 and parallel == "tensor":
+            from compiler import tensor_parallel_plan
+
+            res = tensor_parallel_plan.compile_tensor_parallel(named[0][1], digest, opts, devices, progress=progress,
+                                                               on_start=on_start)
+        elif devices > 1:
             from compiler import data_parallel
 
             res = data_parallel.compile_data_parallel(named[0][1], digest, opts, devices, parallel, progress=progress,
@@ -274,7 +287,16 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         click.echo(f"  states: {plural(len(plan.states), 'tensor')} kept on the device across steps "
                    f"({', '.join(st.name for st in plan.states)}), a buffer of {fmt_bytes(m.state_bytes)} beside "
                    f"the arena")
-    if plan.mesh is not None:
+    if plan.mesh is not None and plan.mesh.parallel == "tensor":
+        mesh = plan.mesh
+        split = sum(1 for sh in mesh.shardings if plan.tensors[sh.tensor].kind == "constant")
+        ops_ = {op: sum(1 for c in mesh.collectives if c.op == op) for op in ("all_reduce", "all_gather")}
+        moved = sum(plan.tensors[c.reads[0]].nbytes for c in mesh.collectives)
+        click.echo(f"  devices: {mesh.devices} (tensor parallel): each holds its part of {plural(split, 'split weight')} "
+                   f"and takes the whole inputs; {plural(len(mesh.collectives), 'collective')} per step "
+                   f"({ops_['all_reduce']} all-reduce, {ops_['all_gather']} all-gather; {fmt_bytes(moved)} from each "
+                   f"device) between the launches (the figures here are one device's)")
+    elif plan.mesh is not None:
         batch = plan.tensors[plan.inputs[0]].shape[0]
         click.echo(f"  devices: {plan.mesh.devices} ({plan.mesh.parallel} parallel): each runs this plan on "
                    f"{batch} of the batch's {batch * plan.mesh.devices}, with the weights and an arena of its own "

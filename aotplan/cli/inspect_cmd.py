@@ -107,6 +107,12 @@ def inspect(plan_path, as_json, plot_path, trust_key):
         mesh = plan.mesh
         s["mesh"] = {"devices": mesh.devices, "parallel": mesh.parallel, "input_axes": list(mesh.input_axes),
                      "output_axes": list(mesh.output_axes)}
+        if mesh.parallel == "tensor":
+            T = plan.tensors
+            s["mesh"].update(
+                shardings=[{"tensor": T[sh.tensor].name, "kind": sh.kind, "axis": sh.axis} for sh in mesh.shardings],
+                collectives=[{"op": c.op, "after_launch": c.after, "reads": [T[i].name for i in c.reads],
+                              "writes": [T[i].name for i in c.writes], "axis": c.axis} for c in mesh.collectives])
     s["signature_algorithm"] = signatures.algorithm(header["signature"]) if header.get("signature") else None
     if header.get("signature") is None:
         s["signature"] = "none"
@@ -142,7 +148,15 @@ def inspect(plan_path, as_json, plot_path, trust_key):
                            f"another key){why_wrong}"}[s["signature"]])
     click.echo(f"launch mode {s['launch_mode']}, weights in {s['weights']}, planner {s['planner']}, "
                f"alignment {s['alignment']} B, passes {', '.join(s['passes']) or 'none'}")
-    if "mesh" in s:
+    if "mesh" in s and s["mesh"]["parallel"] == "tensor":
+        ms = s["mesh"]
+        click.echo(f"devices: {ms['devices']} (tensor parallel: each holds its part of "
+                   f"{plural(sum(1 for sh in ms['shardings'] if sh['kind'] == 'split'), 'split tensor')} and takes "
+                   f"the whole inputs; the figures below are one device's)")
+        for c in ms["collectives"]:
+            click.echo(f"  collective {c['op']} after launch {c['after_launch']}: {', '.join(c['reads'])} -> "
+                       f"{', '.join(c['writes'])}" + (f" (joined along axis {c['axis']})" if c["axis"] >= 0 else ""))
+    elif "mesh" in s:
         click.echo(f"devices: {s['mesh']['devices']} ({s['mesh']['parallel']} parallel: each runs this plan on its "
                    f"slice of every input's first axis, with its own arena and weights; the figures below are one "
                    f"device's)")

@@ -198,7 +198,11 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
                + (f"inline constants {fmt_bytes(m.inline_constant_bytes)}, " if m.inline_constant_bytes else "")
                + (f"states {fmt_bytes(m.state_bytes)}, " if m.state_bytes else "")
                + f"workspace {fmt_bytes(m.max_workspace_bytes)})")
-    if mesh is not None:
+    if mesh is not None and mesh.parallel == "tensor":
+        say(f"  on {mesh.devices} devices ({', '.join(str(d) for d in session.devices)}), tensor parallel: each "
+            f"holds the memory above, its part of the split weights and an arena of its own; a step gives every "
+            f"device the whole inputs and runs {plural(len(mesh.collectives), 'collective')} between the launches")
+    elif mesh is not None:
         say(f"  on {mesh.devices} devices ({', '.join(str(d) for d in session.devices)}), {mesh.parallel} parallel: "
             f"each holds the memory above, the weights and an arena of its own; a step splits every input's "
             f"first axis into {mesh.devices} slices and joins the outputs'")

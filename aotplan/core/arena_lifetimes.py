@@ -7,12 +7,14 @@ at s + 0.5, so a tensor written by launch s and last read by launch u holds its 
 from s + 0.5 up to u + 0.5; inputs are written at -0.5 (before the first launch: the
 input kernel) or 0 (the first launch takes them), and outputs are read at n = the
 number of launches (by the caller or the output kernel), so they last to n + 0.5. A
-view or a placed part shares its base's bytes and lifetime.
+view or a placed part shares its base's bytes and lifetime. A tensor-parallel plan's
+collectives count as launches here, in the order a step runs them (`plan.run_order`).
 """
 
 from dataclasses import dataclass
 
 from aotplan.core import intervals
+from aotplan.core.plan import run_order
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ def lifetimes(plan):
     """-> [Lifetime] of the arena tensors that have bytes of their own (not views or
     parts), in tensor order."""
     kinds = [t.kind if t.storage == "arena" else None for t in plan.tensors]
-    steps = [(l.reads, l.writes) for l in plan.launches]
+    steps = [(x.reads, x.writes) for x in (plan.launches[s] if c is None else c for s, c in run_order(plan))]
     ivs = intervals.phases(kinds, [t.nbytes for t in plan.tensors], steps, plan.alignment,
                            feeds_first=plan.input_kernel == -1, base=[t.base for t in plan.tensors])
     a = plan.alignment

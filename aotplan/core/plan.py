@@ -155,26 +155,103 @@ class PlanState:
     update: int
 
 
-PARALLEL_KINDS = ("data",)
+PARALLEL_KINDS = ("data", "tensor")
+MESH_AXIS = "devices"  # the name of the mesh's one axis in the collectives' programs
+
+
+@dataclass(frozen=True)
+class PlanSharding:
+    """(Format 9.) How tensor `tensor` of a tensor-parallel plan lies across the devices
+    (a tensor not listed is replicated: whole and the same on every device): "split",
+    device d holds part d of `devices` equal parts of axis `axis` (the plan's tensor is
+    one part); "partial", each device holds an addend of the same shape, the value
+    being their sum (an all-reduce makes it whole)."""
+
+    tensor: int
+    kind: str
+    axis: int = -1
+
+
+@dataclass(frozen=True)
+class PlanShard:
+    """(Format 9.) The bytes of constant `tensor` on device `device` (1 to devices - 1)
+    of a tensor-parallel plan: a split weight's part. Device 0's part is the plan's
+    constant row, so every device's pool has the same shapes, at the same places."""
+
+    tensor: int
+    device: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class PlanCollective:
+    """(Format 9.) A collective launch of a tensor-parallel plan: it runs on every device
+    at once, after launch `after` (the input kernel, where the plan has one, runs before
+    launch 0), on the arena. "all_reduce": `writes[i]` <- the sum over the devices of
+    `reads[i]` (same dtype and shape; one sum moves them all); "all_gather": `writes[0]`
+    <- every device's `reads[0]` joined along `axis`. Every tensor it touches is an
+    arena tensor in the default format: the executor builds the program from these
+    fields, so a plan's collective reads and writes only what they name."""
+
+    op: str
+    after: int
+    reads: tuple
+    writes: tuple
+    axis: int = -1
+
+
+COLLECTIVE_OPS = ("all_reduce", "all_gather")
+SHARDING_KINDS = ("split", "partial")
 
 
 @dataclass(frozen=True)
 class PlanMesh:
-    """(Format 8.) The plan runs on `devices` devices at once. `parallel` "data": every
-    device runs this plan, as it is, on its own slice of the batch, with its own arena
-    (the same offsets on each) and its own copy of the weights; no device reads
-    another's bytes, so no collective runs. The plan's tensors are one device's: input
-    i's shape is the model's with its axis `input_axes[i]` divided by `devices`, and
-    output j's slices are joined along `output_axes[j]`."""
+    """(Format 8.) The plan runs on `devices` devices at once, each with its own arena
+    (the same offsets on each) and its own pool. `parallel` "data": every device runs
+    this plan, as it is, on its own slice of the batch, with its own copy of the
+    weights; no device reads another's bytes, so no collective runs. The plan's
+    tensors are one device's: input i's shape is the model's with its axis
+    `input_axes[i]` divided by `devices`, and output j's slices are joined along
+    `output_axes[j]`.
+    (Format 9.) `parallel` "tensor": every device runs this plan on the whole inputs
+    (their axes are -1: replicated), each with its own part of the split weights
+    (`shards`), and the plan's `collectives` join the parts between launches; the
+    outputs are replicated (axes -1): device 0's are the step's. `shardings` say how
+    the tensors that are not replicated lie across the devices."""
 
     devices: int
     parallel: str
     input_axes: tuple
     output_axes: tuple
+    shardings: tuple = ()  # of PlanSharding (format 9)
+    shards: tuple = ()  # of PlanShard (format 9)
+    collectives: tuple = ()  # of PlanCollective (format 9)
 
     def whole_shape(self, shape, axis):
-        """One device's shape -> the model's (axis `axis` times `devices`)."""
+        """One device's shape -> the model's (axis `axis` times `devices`; -1: as it is)."""
         return tuple(d * self.devices if k == axis else d for k, d in enumerate(shape))
+
+    def device_constants(self, constants, device):
+        """The plan's constants (device 0's) -> device `device`'s: its parts of the split
+        weights in place of device 0's."""
+        if device == 0:
+            return tuple(constants)
+        mine = {s.tensor: s.data for s in self.shards if s.device == device}
+        return tuple(PlanConstant(c.tensor, mine.get(c.tensor, c.data)) for c in constants)
+
+
+def run_order(plan):
+    """The plan's launches and (format 9) collectives in the order a step runs them:
+    [(launch index, None) or (None, PlanCollective)]."""
+    colls = plan.mesh.collectives if plan.mesh is not None else ()
+    after = {}
+    for c in colls:
+        after.setdefault(c.after, []).append(c)
+    order = []
+    for s in range(len(plan.launches)):
+        order.append((s, None))
+        order.extend((None, c) for c in after.get(s, ()))
+    return order
 
 
 @dataclass(frozen=True)

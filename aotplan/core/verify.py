@@ -17,7 +17,7 @@ many tensors are live at once): a plan file cannot make it slow.
 
 from aotplan.core import dtypes, formats, intervals, verify_mesh, verify_methods, verify_state
 from aotplan.core.errors import LimitError, PlanError
-from aotplan.core.plan import LAUNCH_MODES, TENSOR_KINDS, WEIGHT_PLACEMENTS
+from aotplan.core.plan import LAUNCH_MODES, TENSOR_KINDS, WEIGHT_PLACEMENTS, run_order
 
 
 MAX_RANK = 64  # XLA has no fixed limit; nothing real comes close, and shapes are printed in messages
@@ -61,6 +61,7 @@ def verify_one(plan):
     check_launches(plan, special)
     check_memory_figures(plan)
     check_inputs_and_outputs_listed(plan)
+    verify_mesh.check_positions(plan)
     steps = check_reads_follow_writes(plan, parts)
     verify_state.check_launches(plan, olds, updates)
     check_inline_constants_read_once(plan)
@@ -70,9 +71,10 @@ def verify_one(plan):
 
 
 def _launch_written(plan):
-    """The tensors some launch writes (indices in range)."""
+    """The tensors some launch (or collective) writes (indices in range)."""
     n = len(plan.tensors)
-    return {j for l in plan.launches for j in l.writes if 0 <= j < n}
+    colls = plan.mesh.collectives if plan.mesh is not None else ()
+    return {j for l in (*plan.launches, *colls) for j in l.writes if 0 <= j < n}
 
 
 def check_header(plan):
@@ -361,8 +363,9 @@ def check_reads_follow_writes(plan, parts):
         root = plan.tensors[r]
         return r in written or root.kind == "input" or (r in parts and all(p in written for p in parts[r]))
 
-    for s, l in enumerate(plan.launches):
-        w = f"launch {s} ({l.node!r})"
+    for s, coll in run_order(plan):  # (a tensor-parallel plan's collectives between its launches)
+        l = coll if coll is not None else plan.launches[s]
+        w = f"launch {s} ({l.node!r})" if coll is None else f"collective {coll.op} after launch {coll.after}"
         for j in l.reads:
             _index(j, n, f"{w} read")
             t = plan.tensors[j]
@@ -376,10 +379,11 @@ def check_reads_follow_writes(plan, parts):
             if j in written:
                 _fail(f"{w} writes {t.name!r}, which an earlier launch already wrote")
             written.add(j)
-        k = plan.kernels[l.kernel]
-        if k.n_offsets and len(plan.kernel_args(l)[1]) != k.n_offsets:
-            _fail(f"{w}: kernel {k.name!r} takes {k.n_offsets} offsets, the launch has "
-                  f"{len(plan.kernel_args(l)[1])} arena tensors")
+        if coll is None:
+            k = plan.kernels[l.kernel]
+            if k.n_offsets and len(plan.kernel_args(l)[1]) != k.n_offsets:
+                _fail(f"{w}: kernel {k.name!r} takes {k.n_offsets} offsets, the launch has "
+                      f"{len(plan.kernel_args(l)[1])} arena tensors")
         steps.append((l.reads, l.writes))
     for i, t in enumerate(plan.tensors):
         if t.kind == "output" and not ready(i):

@@ -5,7 +5,7 @@ registers every op."""
 
 from compiler.ops.registry import FORMAT_FAMILIES, OPS, OpDef, get, model_ops, ops_where, register
 from compiler.ops import (  # noqa: F401  (registration)
-    control, conv, conv_transpose, data_ops, elementwise, grid_sample, index_ops, math_ops, matmul, norms, pointwise,
+    collective_ops, control, conv, conv_transpose, data_ops, elementwise, grid_sample, index_ops, math_ops, matmul, norms, pointwise,
     pooling, quant_ops, reduce_ops, resize, rnn, shape_ops, transformer_ops,
 )
 

@@ -35,6 +35,9 @@ sets the passes read; an op's `formats` its storage format families):
   ...); any other elementwise op (sigmoid, div, ...) masks its result.
 - `anchor`: a contraction (conv, matmul, gemm, einsum, attention, recurrences) that
   anchors a fused group (compiler/passes/group.py).
+- `collective`: a collective over the devices of a tensor-parallel plan
+  (compiler/ops/collective_ops.py): its own launch, run by the executor between
+  kernels, in no kernel.
 - `formats`: the storage format families (besides "default") the op has a lowering
   for in compiler/formats.py; compiler/passes/layout.py checks the shapes each needs
   (`layout.supports`).
@@ -69,6 +72,7 @@ class OpDef:
     zero_preserving: bool = False
     anchor: bool = False
     formats: tuple = ()  # format families (FORMAT_FAMILIES) with a lowering
+    collective: bool = False
 
     @property
     def static_positions(self):
@@ -77,7 +81,7 @@ class OpDef:
 
 def register(name, arity, attrs=(), n_outputs=1, static_inputs=(), foldable=True, shape_value=None,
              internal=False, static_dtype=None, elementwise=False, zero_preserving=False, anchor=False,
-             formats=None):
+             formats=None, collective=False):
     """`register(name, arity, attrs)((infer, lower))` adds an op to the registry.
     `formats`: by default every family for an elementwise op, none for any other."""
     if static_inputs and min(p for p, _ in static_inputs) < arity[1]:  # (see the module docstring)
@@ -95,7 +99,8 @@ def register(name, arity, attrs=(), n_outputs=1, static_inputs=(), foldable=True
         all_attrs = tuple(attrs) + tuple(a for _, a in static_inputs if a not in attrs)
         OPS[name] = OpDef(name, infer, lower, arity, all_attrs, n_outputs, tuple(static_inputs), foldable,
                           shape_value, internal, static_dtype, elementwise=elementwise,
-                          zero_preserving=zero_preserving, anchor=anchor, formats=tuple(formats))
+                          zero_preserving=zero_preserving, anchor=anchor, formats=tuple(formats),
+                          collective=collective)
         return pair
     return add
 

@@ -23,11 +23,11 @@ def run(graph, output_names, digest, liveness, mem, lowered, weights, passes, la
         for i, t in enumerate(recs))
     cmap = graph.constant_map()
     constants = [
-        (i, _le_bytes(dtypes.to_storage(cmap[t.name].data, t.dtype, f"constant {t.name!r}")))
+        (i, le_bytes(dtypes.to_storage(cmap[t.name].data, t.dtype, f"constant {t.name!r}")))
         for i, t in enumerate(recs) if t.kind == "constant" and t.storage != "inline"]  # those are in the kernel
     states = tuple(PlanState(st.input, idx[st.input], idx[st.output]) for st in graph.states)
     # a state's initial value, where it is not zeros, is a constant row of its tensor
-    constants += [(idx[st.input], _le_bytes(dtypes.to_storage(st.init, recs[idx[st.input]].dtype,
+    constants += [(idx[st.input], le_bytes(dtypes.to_storage(st.init, recs[idx[st.input]].dtype,
                                                               f"state {st.input!r}")))
                   for st in graph.states if st.init is not None]
     constants = tuple(PlanConstant(i, data) for i, data in sorted(constants))
@@ -60,7 +60,8 @@ def _offset(mem, recs, i):
     return mem.offsets[i]
 
 
-def _le_bytes(a):
+def le_bytes(a):
+    """An array's bytes, little-endian (a plan's constants are)."""
     a = np.asarray(a, order="C")
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))

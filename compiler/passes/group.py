@@ -84,6 +84,8 @@ def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None, lookahead
     fused group, whatever the rules above say: see split_point)."""
     if mode == "kernel":
         return tuple((n,) for n in order)
+    if mode == "sink" and any(ops.get(n.op).collective for n in order):
+        raise ValueError("a sink plan holds no collective")  # (compiler/tensor_parallel refuses sink first)
     if mode == "sink":
         return (tuple(order),) if order else ()
     if mode != "fused":
@@ -113,7 +115,23 @@ def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None, lookahead
         groups.append(tuple(order[start:]))
     if cuts:
         groups = [part for g in groups for part in _cut(g, cuts)]
-    return tuple(groups)
+    return tuple(part for g in groups for part in _isolate_collectives(g))
+
+
+def _isolate_collectives(g):
+    """A collective (a tensor-parallel plan's all-reduce, all-gather) is a launch of
+    its own: the executor runs it between kernels (compiler/collectives.py)."""
+    if not any(ops.get(n.op).collective for n in g):
+        return [g]
+    parts, run = [], []
+    for n in g:
+        if ops.get(n.op).collective:
+            parts += [tuple(run)] if run else []
+            parts.append((n,))
+            run = []
+        else:
+            run.append(n)
+    return parts + ([tuple(run)] if run else [])
 
 
 def _is_anchor(node):

@@ -30,7 +30,8 @@ from jax._src import config as jax_config
 
 from aotplan.core import dtypes, formats, native, xla_options
 from aotplan.core.errors import InternalError, ModelError
-from compiler import arena_io, state_writes
+from aotplan.core import arena_io
+from compiler import state_writes
 from compiler import constant_moves
 from compiler import formats as cformats
 from compiler.ops import conv
@@ -314,7 +315,7 @@ def _kernel_name(k, group):
 
 def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None,
         targets=None, info=None, fmts=None, bands=True, only=None, band_floor=MIN_REFINED_WORKSPACE, jobs=None,
-        inline=None, state=None):
+        inline=None, state=None, separate_io=False):
     """-> Lowered. `groups`/`labels`: the launches (passes/group.py); `targets`: the
     platforms to export for (default: this host's); `info`: tensor name -> logical
     TensorInfo; `fmts`: tensor name -> storage format (passes/layout.py); `bands`:
@@ -327,7 +328,9 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     `xla_options.default_jobs()`; the plan is the same for any number). `inline`: the
     values of the constants whose storage is "inline" (name -> numpy array in the
     storage dtype). `state`: (tensor index -> byte offset in the state buffer, the
-    buffer's bytes), where the model has states (passes/state.py)."""
+    buffer's bytes), where the model has states (passes/state.py). `separate_io`: the
+    feeds enter through an input kernel and the outputs leave through an output kernel
+    in every mode (a tensor-parallel plan's: a collective may run after its last launch)."""
     fmts, inline = fmts or {}, inline or {}
     held = {t.name for t in liveness.tensors if t.storage == "inline"}
     if held != set(inline):
@@ -343,7 +346,7 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
         jax.config.update("jax_enable_compilation_cache", False)
     try:
         return _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands,
-                    only, band_floor, inline, state or ({}, 0))
+                    only, band_floor, inline, state or ({}, 0), separate_io)
     finally:
         export.close()
         if cached:
@@ -351,7 +354,7 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
 
 
 def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progress, info, fmts, bands, only,
-         band_floor, inline, state):
+         band_floor, inline, state, separate_io=False):
     recs, idx, offsets = liveness.tensors, liveness.index(), mem.offsets
     state_offsets, state_bytes = state
     arena_spec = jax.ShapeDtypeStruct((mem.arena_bytes // formats.WORD_BYTES,), jnp.uint32)
@@ -368,7 +371,7 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
 
     # sink and fused plans: the first launch takes the inputs and the last returns the
     # outputs (no separate input/output launches); kernel mode keeps them separate
-    io_in_launches = mode != "kernel"
+    io_in_launches = mode != "kernel" and not separate_io
     last = len(groups) - 1
     ends = [(io_in_launches and s == 0, io_in_launches and s == last) for s in range(len(groups))]
     keys, uses = launch_keys(groups, liveness.steps, recs, mode)

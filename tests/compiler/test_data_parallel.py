@@ -28,7 +28,7 @@ def test_the_plan_is_one_devices_with_its_mesh(mlp_plans):
     assert two.mesh == PlanMesh(devices=2, parallel="data", input_axes=(0,), output_axes=(0,))
     assert two.tensors[two.inputs[0]].shape == (2, 64) and one.tensors[one.inputs[0]].shape == (4, 64)
     assert two.tensors[two.outputs[0]].shape[0] == 2
-    assert codec.version_of(one) == codec.STATELESS_VERSION and codec.version_of(two) == codec.FORMAT_VERSION == 8
+    assert codec.version_of(one) == codec.STATELESS_VERSION and codec.version_of(two) == codec.MESH_VERSION == 8
     back = codec.decode(codec.encode(two))
     assert back.mesh == two.mesh and dataclasses.replace(back, mesh=None).tensors == one.tensors[:0] + back.tensors
     assert codec.encode(dataclasses.replace(back, mesh=None)) != codec.encode(two)
@@ -40,7 +40,9 @@ def test_devices_one_is_the_plain_plan(mlp_plans):
 
 @pytest.mark.parametrize("mesh,msg", [
     (PlanMesh(1, "data", (0,), (0,)), r"mesh.devices: 1 devices \(a plan for several devices names 2 to 4096\)"),
-    (PlanMesh(2, "tensor", (0,), (0,)), r"mesh.parallel: 'tensor' \(known: data\)"),
+    (PlanMesh(2, "model", (0,), (0,)), r"mesh.parallel: 'model' \(known: data, tensor\)"),
+    (PlanMesh(2, "tensor", (0,), (-1,)), r"mesh.input_axes\[0\]: a tensor-parallel plan's inputs and outputs are "
+                                         r"whole on every device \(axis -1\), tensor 'x' has 0"),
     (PlanMesh(2, "data", (0, 0), (0,)), r"mesh.input_axes: 2 axes for 1 tensors"),
     (PlanMesh(2, "data", (0,), (2,)), r"mesh.output_axes\[0\]: axis 2 of tensor '\w+' of shape \[2, \d+\]"),
 ])
@@ -101,7 +103,7 @@ def test_an_output_without_the_batch_is_refused():
 
 
 def test_the_options_are_checked():
-    with pytest.raises(ModelError, match=r"--parallel 'tensor': not supported \(supported: data\)"):
-        data_parallel.check_devices(2, "tensor")
+    with pytest.raises(ModelError, match=r"--parallel 'model': not supported \(supported: data, tensor\)"):
+        data_parallel.check_devices(2, "model")
     with pytest.raises(ModelError, match=r"--devices: expected a count of 1 to 4096, got 0"):
         data_parallel.check_devices(0, "data")

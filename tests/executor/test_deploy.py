@@ -65,7 +65,7 @@ def test_signed_plans(native_plan, tmp_path):
     forged = dataclasses.replace(codec.decode_payload(payload, codec.STATELESS_VERSION, section), weights="pool")
     forged = dataclasses.replace(forged, planner=forged.planner + " ")
     rows, blob = codec.data_section(forged.constants)
-    payload = codec.encode_payload(forged, rows, codec.chunk_digests(blob))
+    payload = codec.encode_payload(forged, [rows], codec.chunk_digests(blob))
     import msgpack
     h = codec.split(codec.frame(payload, forged.launch_mode, data=blob))[0]
     h["signature"] = header["signature"]  # the signed plan's signature, over the forged payload's digest

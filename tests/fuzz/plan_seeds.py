@@ -14,7 +14,8 @@ from aotplan.core.plan import PlanKernel
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN = os.path.join(ROOT, "plans", "golden", f"v{codec.STATELESS_VERSION}")  # plans without states
 GOLDEN_STATES = os.path.join(ROOT, "plans", "golden", f"v{codec.STATE_VERSION}")
-GOLDEN_MESH = os.path.join(ROOT, "plans", "golden", f"v{codec.FORMAT_VERSION}")  # a plan for several devices  # the decoder, its cache a state
+GOLDEN_MESH = os.path.join(ROOT, "plans", "golden", f"v{codec.MESH_VERSION}")  # data parallel
+GOLDEN_TENSOR = os.path.join(ROOT, "plans", "golden", f"v{codec.FORMAT_VERSION}")  # tensor parallel
 SIGN_KEY = b"fuzz-signing-key-0123456789abcdef"
 FAMILIES = ("bytes", "struct", "targeted")
 
@@ -91,6 +92,10 @@ def seeds():
     with open(os.path.join(GOLDEN_MESH, "mlp_2devices_kernel.plan"), "rb") as f:  # format 8: a mesh
         data = f.read()
     out.append(Seed("mlp_2devices_kernel", data, codec.decode(data)))
+    # format 9: tensor parallel (shardings, the weights' parts, collectives)
+    with open(os.path.join(GOLDEN_TENSOR, "mlp_2devices_tensor_kernel.plan"), "rb") as f:
+        data = f.read()
+    out.append(Seed("mlp_2devices_tensor_kernel", data, codec.decode(data)))
     for s in out:  # every seed is a good plan
         assert verify.verify(codec.decode_checked(s.data, s.trust_key, s.require_signature)[0]) == s.plan, s.name
     return tuple(out)

@@ -55,11 +55,14 @@ def _t_offset(rng, m, plan):
 def _live_pairs(plan):
     """Ordered pairs (a, b) of distinct non-empty arena tensors live at one phase (as
     the verifier counts lifetimes: aotplan.core.intervals.phases); `b` is neither a view nor
-    the base of one (moving it must be refused as an overlap, not as a broken view)."""
+    the base of one (moving it must be refused as an overlap, not as a broken view).
+    A tensor-parallel plan's collectives are steps too, in their places."""
     from aotplan.core import intervals
+    from aotplan.core.plan import run_order
 
+    steps = [(x.reads, x.writes) for x in (plan.launches[s] if c is None else c for s, c in run_order(plan))]
     ivs = intervals.phases([t.kind if t.storage == "arena" else None for t in plan.tensors],
-                           [t.nbytes for t in plan.tensors], [(l.reads, l.writes) for l in plan.launches],
+                           [t.nbytes for t in plan.tensors], steps,
                            plan.alignment, feeds_first=plan.input_kernel == -1, base=[t.base for t in plan.tensors])
     bases = {t.base for t in plan.tensors if t.base >= 0}
     ivs = [iv for iv in ivs if iv.nbytes]

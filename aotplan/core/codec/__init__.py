@@ -67,6 +67,11 @@ Version changelog:
   8: a mesh, plans for several devices (`mesh`: nil, or [devices, parallel, input
     axes, output axes]; `aotplan.core.plan.PlanMesh`). Only plans with a mesh are
     written as format 8; the others as 6 or 7, as before. Versions 2-7 still load.
+  9: tensor-parallel plans: the `mesh` row adds [shardings, shards, collectives]
+    (`PlanSharding` [tensor, kind, axis], `PlanShard` [device, tensor, offset, bytes]
+    with its bytes in the data section, `PlanCollective` [op, after, reads, writes,
+    axis]). Only tensor-parallel plans are written as format 9; a data-parallel plan
+    stays format 8. Versions 2-8 still load.
 
 The modules: `frame` (magic, version, header, signature, the file's layout), `payload`
 (a Plan as positional rows, current format), `upgrades` (formats 2-5 upgraded to the
@@ -82,7 +87,7 @@ from aotplan.core.codec.frame import (  # noqa: F401
 )
 from aotplan.core.codec.keys import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES, check_key, env_key, read_key  # noqa: F401
 from aotplan.core.codec.payload import (  # noqa: F401
-    FORMAT_VERSION, STATE_VERSION, STATELESS_VERSION, decode_payload, encode_payload, version_of,
+    FORMAT_VERSION, MESH_VERSION, STATE_VERSION, STATELESS_VERSION, decode_payload, encode_payload, version_of,
 )
 from aotplan.core.codec.plan_file import decode, decode_checked, encode  # noqa: F401
 from aotplan.core.codec.upgrades import PAYLOAD_FIELDS  # noqa: F401

@@ -11,10 +11,12 @@ from aotplan.core.codec.fields import check, exact_fields, get, ints, row, strs
 from aotplan.core.codec.upgrades import METHOD_FIELDS, PAYLOAD_FIELDS
 from aotplan.core.errors import PlanError
 from aotplan.core.plan import (
-    Launch, MemoryStats, Plan, PlanConstant, PlanKernel, PlanMesh, PlanState, PlanTensor, Provenance,
+    Launch, MemoryStats, Plan, PlanCollective, PlanConstant, PlanKernel, PlanMesh, PlanShard, PlanSharding, PlanState,
+    PlanTensor, Provenance,
 )
 
-FORMAT_VERSION = 8  # the newest format, what `encode_payload` writes for a plan with a mesh
+FORMAT_VERSION = 9  # the newest format, what `encode_payload` writes for a tensor-parallel plan
+MESH_VERSION = 8  # what it writes for a data-parallel plan
 STATE_VERSION = 7  # what it writes for a plan with states or methods and no mesh
 STATELESS_VERSION = 6  # what it writes for a plan of one method without: the bytes executors before 7 read
 
@@ -47,9 +49,11 @@ def has_state(plan):
 def version_of(plan):
     """The format a plan is written in: the oldest that holds it (6 without states,
     methods or a mesh, so such a plan's bytes are those of aotplan 0.6 and its executors
-    read them; 7 without a mesh, read by executors since states)."""
+    read them; 7 without a mesh, read by executors since states; 8 for a data-parallel
+    plan; 9 for a tensor-parallel one)."""
     if plan.mesh is not None:
-        return FORMAT_VERSION
+        m = plan.mesh
+        return FORMAT_VERSION if m.parallel != "data" or m.shardings or m.shards or m.collectives else MESH_VERSION
     return STATE_VERSION if has_state(plan) or plan.methods or plan.method else STATELESS_VERSION
 
 
@@ -57,16 +61,25 @@ def _launch(l):
     return [l.kernel, l.node, list(l.reads), list(l.writes), list(l.nodes)]
 
 
+def constant_lists(plan):
+    """What the data section holds, as lists of rows (`shared_data_section`): the
+    plan's constants, each further method's, then (format 9) the devices' parts of the
+    split weights."""
+    lists = [plan.constants] + [m.constants for m in plan.methods]
+    if plan.mesh is not None and plan.mesh.shards:
+        lists.append(plan.mesh.shards)
+    return lists
+
+
 def encode_payload(plan, constant_rows=None, digests=None):
     """The payload's bytes, in format `version_of(plan)`. It needs the data section's
-    constant rows (one list per method where the plan has several) and chunk digests
-    (`shared_data_section`, `chunk_digests`)."""
+    rows, as `shared_data_section(constant_lists(plan))` gives them, and its chunk
+    digests (`chunk_digests`)."""
     version = version_of(plan)
     if constant_rows is None:
-        rows, data = shared_data_section([plan.constants] + [m.constants for m in plan.methods])
+        constant_rows, data = shared_data_section(constant_lists(plan))
         digests = chunk_digests(data)
-    else:
-        rows = constant_rows if plan.methods else [constant_rows]
+    rows = list(constant_rows)
     p = plan.provenance
     fields = _fields(plan, rows[0], version, {
         "data_sha256": digests,
@@ -76,10 +89,23 @@ def encode_payload(plan, constant_rows=None, digests=None):
         fields["method"] = plan.method
         fields["methods"] = [_fields(m, r, version, {}) | {"method": m.method} for m, r in zip(plan.methods, rows[1:])]
     if version >= 8:
-        mesh = plan.mesh
-        fields["mesh"] = None if mesh is None else [mesh.devices, mesh.parallel, list(mesh.input_axes),
-                                                    list(mesh.output_axes)]
+        fields["mesh"] = _mesh(plan.mesh, rows[-1] if plan.mesh is not None and plan.mesh.shards else [], version)
     return msgpack.packb(fields, use_bin_type=True)
+
+
+def _mesh(mesh, shard_rows, version):
+    """The payload's `mesh`: nil, or [devices, parallel, input axes, output axes] and,
+    format 9, [shardings, shards, collectives] rows: shardings [tensor, kind, axis],
+    shards [tensor, device, offset, bytes] (their bytes in the data section),
+    collectives [op, after, reads, writes, axis]."""
+    if mesh is None:
+        return None
+    row_ = [mesh.devices, mesh.parallel, list(mesh.input_axes), list(mesh.output_axes)]
+    if version >= 9:
+        row_ += [[[s.tensor, s.kind, s.axis] for s in mesh.shardings],
+                 [[s.device, *r] for s, r in zip(mesh.shards, shard_rows)],
+                 [[c.op, c.after, list(c.reads), list(c.writes), c.axis] for c in mesh.collectives]]
+    return row_
 
 
 def _fields(plan, constant_rows, version, shared):
@@ -145,13 +171,33 @@ def _decode_state(r, i):
                      update=check(r[2], int, f + ".update"))
 
 
-def _decode_mesh(m):
-    """The payload's `mesh` (format 8): nil, or [devices, parallel, input axes, output axes]."""
+def _decode_mesh(m, section):
+    """The payload's `mesh` (format 8 on; `_mesh`): nil or a row."""
     if m is None:
         return None
-    r = row(m, 4, "mesh")
+    r = row(m, 7, "mesh")
+    shards = []
+    for i, sr in enumerate(check(r[5], list, "mesh.shards")):
+        sr = row(sr, 4, f"mesh.shards[{i}]")
+        device = check(sr[0], int, f"mesh.shards[{i}].device")
+        (c,) = rows_in([sr[1:]], section, ascending=False)
+        shards.append(PlanShard(c.tensor, device, c.data))
+    shardings = []
+    for i, sr in enumerate(check(r[4], list, "mesh.shardings")):
+        sr = row(sr, 3, f"mesh.shardings[{i}]")
+        shardings.append(PlanSharding(check(sr[0], int, f"mesh.shardings[{i}].tensor"),
+                                      check(sr[1], str, f"mesh.shardings[{i}].kind"),
+                                      check(sr[2], int, f"mesh.shardings[{i}].axis")))
+    collectives = []
+    for i, cr in enumerate(check(r[6], list, "mesh.collectives")):
+        f = f"mesh.collectives[{i}]"
+        cr = row(cr, 5, f)
+        collectives.append(PlanCollective(check(cr[0], str, f + ".op"), check(cr[1], int, f + ".after"),
+                                          ints(cr[2], f + ".reads"), ints(cr[3], f + ".writes"),
+                                          check(cr[4], int, f + ".axis")))
     return PlanMesh(devices=check(r[0], int, "mesh.devices"), parallel=check(r[1], str, "mesh.parallel"),
-                    input_axes=ints(r[2], "mesh.input_axes"), output_axes=ints(r[3], "mesh.output_axes"))
+                    input_axes=ints(r[2], "mesh.input_axes"), output_axes=ints(r[3], "mesh.output_axes"),
+                    shardings=tuple(shardings), shards=tuple(shards), collectives=tuple(collectives))
 
 
 def _decode_launch(r, i):
@@ -229,8 +275,8 @@ def decode_payload(payload, version=FORMAT_VERSION, section=b""):
                                         provenance, ()))
         except PlanError as e:
             raise PlanError(f"methods[{i}]: {e}") from None
-    mesh = m.get("mesh")
-    return dataclasses.replace(_decode_plan(m, consts, provenance, tuple(methods)), mesh=_decode_mesh(mesh))
+    mesh = _decode_mesh(m.get("mesh"), section)
+    return dataclasses.replace(_decode_plan(m, consts, provenance, tuple(methods)), mesh=mesh)
 
 
 def _decode_plan(m, consts, provenance, methods):

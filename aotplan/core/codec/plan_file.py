@@ -4,15 +4,15 @@ import struct
 
 from aotplan.core.codec.data import chunk_digests, shared_data_section
 from aotplan.core.codec.frame import frame, split
-from aotplan.core.codec.payload import decode_payload, encode_payload, version_of
+from aotplan.core.codec.payload import constant_lists, decode_payload, encode_payload, version_of
 from aotplan.core.errors import PlanError
 
 
 def encode(plan, sign_key=None):
     """Plan -> bytes; `sign_key` (a key file's bytes: an Ed25519 private key in PEM, or a
     deprecated HMAC secret) signs it (codec/signatures.py)."""
-    rows, data = shared_data_section([plan.constants] + [m.constants for m in plan.methods])
-    return frame(encode_payload(plan, rows if plan.methods else rows[0], chunk_digests(data)), plan.launch_mode,
+    rows, data = shared_data_section(constant_lists(plan))
+    return frame(encode_payload(plan, rows, chunk_digests(data)), plan.launch_mode,
                  sign_key, version_of(plan), data=data)
 
 

@@ -18,9 +18,9 @@ PAYLOAD_FIELDS_8 = PAYLOAD_FIELDS_7 + ("mesh",)
 # a further method of a format-7 plan: a plan's own fields (the data section's digests
 # and the provenance are the top plan's; a method holds no methods; the mesh is the plan's)
 METHOD_FIELDS = tuple(f for f in PAYLOAD_FIELDS_7 if f not in ("data_sha256", "provenance", "methods"))
-PAYLOAD_FIELDS = PAYLOAD_FIELDS_8  # the current format's
+PAYLOAD_FIELDS = PAYLOAD_FIELDS_8  # the current format's (format 9 added no field: rows to `mesh`)
 FIELDS_OF = {2: PAYLOAD_FIELDS_2, 3: PAYLOAD_FIELDS_2, 4: PAYLOAD_FIELDS_2, 5: PAYLOAD_FIELDS_5, 6: PAYLOAD_FIELDS_5,
-             7: PAYLOAD_FIELDS_7, 8: PAYLOAD_FIELDS_8}
+             7: PAYLOAD_FIELDS_7, 8: PAYLOAD_FIELDS_8, 9: PAYLOAD_FIELDS_8}
 
 
 def _tensor_rows(m, n):
@@ -91,7 +91,16 @@ def to_8(m, section, version):
     return m, section
 
 
-STEPS = {2: to_3, 3: to_4, 4: to_5, 5: to_6, 6: to_7, 7: to_8}  # format v -> the step to v + 1
+def to_9(m, section, version):
+    """Format 9 added tensor-parallel plans: `mesh` rows end in their shardings, the
+    split weights' parts and the collectives. A data-parallel plan has none of them."""
+    mesh = m.get("mesh")
+    if mesh is not None:
+        m["mesh"] = list(row(mesh, 4, "mesh")) + [[], [], []]
+    return m, section
+
+
+STEPS = {2: to_3, 3: to_4, 4: to_5, 5: to_6, 6: to_7, 7: to_8, 8: to_9}  # format v -> the step to v + 1
 
 
 def upgrade(m, version, section):

@@ -1,0 +1,123 @@
+"""Tensor-parallel plans (`--devices N --parallel tensor`) on several host devices: the
+example MLP and transformer and a BERT-like model (scripts/gen_models.py's structure,
+smaller), on 2 and 4 devices, in fused and kernel mode, give the one-device plan's
+outputs; every device's arena stays the same buffer across steps (the collectives
+donate it) and holds its part of the weights; the wrong devices, a device's Session
+run alone and wrong feeds are each one clear error. The devices are forced host
+devices (XLA_FLAGS before jax starts), so the work runs in one child process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from conftest import EXAMPLES, ROOT
+
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="forced host devices: a CPU host's test")
+
+_CHILD = r"""
+import json, os, sys
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+import numpy as np
+import compiler, executor
+from aotplan.core import codec
+
+models = json.loads(sys.argv[1])
+report = {"diff": {}, "in_place": {}, "pool": {}, "collectives": {}, "errors": {}}
+
+
+def error(name, fn):
+    try:
+        fn()
+        report["errors"][name] = None
+    except Exception as e:
+        report["errors"][name] = f"{type(e).__name__}: {e}"
+
+
+rng = np.random.default_rng(0)
+for name, path in models.items():
+    one_plan = compiler.compile(path, launch="kernel")
+    one = executor.Session(one_plan, warmup=False)
+    feeds = {n: rng.standard_normal(shape).astype(dt) for n, dt, shape in one.input_specs}
+    want = one.run(feeds)
+    for launch in ("fused", "kernel"):
+        for n in (2, 4):
+            plan = compiler.compile(path, launch=launch, devices=n, parallel="tensor")
+            sess = executor.load(codec.encode(plan))
+            key = f"{name}/{launch}/{n}"
+            got = sess.run(feeds)
+            before = [s.arena_pointer() for s in sess.sessions]
+            got = sess.run(feeds)
+            report["in_place"][key] = before == [s.arena_pointer() for s in sess.sessions]
+            report["diff"][key] = max(float(np.max(np.abs(got[k] - want[k])) / max(float(np.max(np.abs(want[k]))), 1e-30))
+                                      for k in want)
+            report["pool"][key] = plan.memory.constant_pool_bytes / one_plan.memory.constant_pool_bytes
+            report["collectives"][key] = len(plan.mesh.collectives)
+            sess.close()
+
+mlp = models["mlp"]
+plan4 = codec.encode(compiler.compile(mlp, devices=4, parallel="tensor"))
+error("from_third_device", lambda: executor.load(plan4, device="cpu:2"))
+error("two_devices", lambda: executor.MeshSession(codec.decode(plan4), devices=["cpu:0", "cpu:1"]))
+error("one_device_session", lambda: executor.Session(codec.decode(plan4)))
+sess = executor.load(plan4)
+x = rng.standard_normal((4, 64)).astype(np.float32)
+error("device_alone", lambda: sess.sessions[1].run({"x": x}))
+error("wrong_shape", lambda: sess.run({"x": x[:2]}))
+error("missing", lambda: sess.run({}))
+error("right", lambda: sess.run({"x": x}))
+print("REPORT " + json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tensor")
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        import gen_models
+    finally:
+        sys.path.remove(os.path.join(ROOT, "scripts"))
+    from aotplan.core import model_json
+
+    bert = gen_models.bert4(layers=2, seq=16, hid=64, heads=4, ffn=128, name="bert_small")
+    model_json.save(bert, str(d / "bert.json"))
+    models = {"mlp": os.path.join(EXAMPLES, "mlp", "model.json"),
+              "transformer": os.path.join(EXAMPLES, "transformer", "model.json"), "bert": str(d / "bert.json")}
+    env = {k: v for k, v in os.environ.items() if k not in ("AOTPLAN_TRUST_KEY", "AOTPLAN_CACHE_DIR")}
+    r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(models)], capture_output=True, text=True, cwd=ROOT,
+                       env=env, timeout=900)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("REPORT ")]
+    assert r.returncode == 0 and lines, r.stdout[-3000:] + r.stderr[-6000:]
+    return json.loads(lines[-1][len("REPORT "):])
+
+
+def test_every_model_mode_and_device_count_matches_the_one_device_plan(report):
+    want = {f"{m}/{launch}/{n}" for m in ("mlp", "transformer", "bert") for launch in ("fused", "kernel") for n in (2, 4)}
+    assert set(report["diff"]) == want
+    assert all(d <= 1e-5 for d in report["diff"].values()), report["diff"]
+
+
+def test_each_device_keeps_its_arena_in_place_and_its_part_of_the_weights(report):
+    assert all(report["in_place"].values()), report["in_place"]
+    # BERT's layers split by heads and FFN columns: one all-reduce per block (2 a layer)
+    for n in (2, 4):
+        assert report["collectives"][f"bert/kernel/{n}"] == 4, report["collectives"]
+        # its weights are matmuls but the layer norms': about 1/n of them a device
+        assert report["pool"][f"bert/kernel/{n}"] < 1.1 / n, report["pool"]
+
+
+def test_bad_devices_and_feeds_are_one_clear_error(report):
+    e = report["errors"]
+    assert e["from_third_device"].startswith("PlanError: the plan runs on 4 devices (tensor parallel); this host has 4 "
+                                             "cpu device(s), 2 from"), e
+    assert e["two_devices"] == "PlanError: devices: the plan runs on 4 different devices, got 2 (2 different)", e
+    assert e["one_device_session"].startswith("PlanError: the plan runs on 4 devices (tensor parallel): "
+                                              "executor.load"), e
+    assert e["device_alone"].startswith("PlanError: this session is one device's part of a tensor-parallel plan"), e
+    assert e["wrong_shape"] == "FeedError: input 'x': expected float32[4, 64], got float32[2, 64]", e
+    assert e["missing"] == "FeedError: input 'x': missing", e
+    assert e["right"] is None, e
