@@ -385,6 +385,8 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     output_names, n_nodes = graph.returned, len(graph.nodes)
     fr = front(graph, options)
     p = plan_front(fr, options)
+    if options.devices > 1:  # (a tensor-parallel plan: several tensors one all-reduce sums, in one block)
+        p = collectives.place_blocks(p)
     if arena_bytes is not None:
         if arena_bytes < p.mem.arena_bytes:
             raise ModelError(f"an arena of {arena_bytes} bytes is too small: {graph.name!r} needs "

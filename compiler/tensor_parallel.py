@@ -17,8 +17,12 @@ per op decides each output's sharding from its inputs':
   whole rows of an output axis (a transformer's heads: (B, S, H*D) <-> (B, S, H, D));
   softmax and layer norm keep it where they do not normalize over it; a matmul of two
   activations split along the same batch axis (attention's heads) stays split;
+- a sum of partial values stays partial (reduced once, later), and so does a partial
+  value times or over a replicated one;
 - anything else, and every graph output, takes its inputs whole: a partial value gets
-  an `all_reduce`, a split one an `all_gather` (compiler/ops/collective_ops.py).
+  an `all_reduce`, a split one an `all_gather` (compiler/ops/collective_ops.py). The
+  partial outputs that no node reads are summed by one all-reduce at the end: the
+  planner lays them out as one block (compiler/collectives.py).
 
 So a transformer layer's attention and MLP blocks each end in one all-reduce, as
 Megatron-LM's do, and any graph is sharded correctly, if not always with the fewest
@@ -71,6 +75,8 @@ class _Sharder:
         self.split_axes = {}  # split constant -> its axis
         self.collectives = 0
         self.outputs = set(graph.outputs)
+        self.read = {i for n in graph.nodes for i in n.inputs}
+        self.pending = []  # (partial output, its name): summed by one all-reduce at the end
 
     # ------------------------------------------------------------ helpers
     def of(self, name):
@@ -112,6 +118,10 @@ class _Sharder:
             rule = RULES.get(node.op) or (_Sharder._elementwise if ops.get(node.op).elementwise else None)
             if rule is None or rule(self, node) is None:
                 self._replicated(node)
+        if self.pending:  # the partial outputs no node reads: one all-reduce, at the end
+            parts, outs = zip(*self.pending)
+            self.nodes.append(Node("outputs/all_reduce", "all_reduce", parts, outs))
+            self.collectives += 1
         return self.nodes
 
     def _emit(self, node, inputs, sharding=WHOLE, attrs=None, outputs=None):
@@ -129,7 +139,10 @@ class _Sharder:
             self.state[outputs[0]] = sharding
             if outputs[0] != out:
                 self.gathered[outputs[0]] = out  # (what `whole` gives for it: the output itself)
-                self._collective(outputs[0], out)
+                if sharding.kind == PARTIAL and out not in self.read:
+                    self.pending.append((outputs[0], out))  # (summed at the end, with the others: one block)
+                else:
+                    self._collective(outputs[0], out)
         return True
 
     def _collective(self, name, out):
@@ -184,9 +197,9 @@ class _Sharder:
                        attrs=tuple((k_, v) for k_, v in node.attrs if k_ != "beta"), outputs=(part,))
             self.info[part] = self.info[node.outputs[0]]
             if c is None:
-                self.gathered[part] = node.outputs[0]
-                self._collective(part, node.outputs[0])
-                return True
+                self.nodes.pop()  # (no bias: the gemm's own output is the partial one)
+                return self._emit(node, [a, self.split_constant(b, 1 if tb else 0)], Sharding(PARTIAL),
+                                  attrs=tuple((k_, v) for k_, v in node.attrs if k_ != "beta"))
             bias = c
             beta = float(node.attr("beta", 1.0))
             if beta != 1.0:
@@ -200,6 +213,8 @@ class _Sharder:
         return None
 
     def _elementwise(self, node):
+        if self._partial(node):
+            return True
         out_rank = len(self.info[node.outputs[0]].shape)
         ins = [self.whole(i) if self.of(i).kind == PARTIAL else i for i in node.inputs]
         axes = {self.of(i).axis + out_rank - len(self.info[i].shape) for i in ins if self.of(i).kind == SPLIT}
@@ -217,6 +232,20 @@ class _Sharder:
             else:
                 return None
         return self._emit(node, out, Sharding(SPLIT, axis))
+
+    def _partial(self, node):
+        """A sum of partial values is partial (one all-reduce, later, for the sum), and so
+        is a partial value times or over a replicated one: the sum over the devices
+        distributes over them."""
+        kinds = [self.of(i).kind for i in node.inputs]
+        if PARTIAL not in kinds or len(node.outputs) != 1:
+            return False
+        if node.op in ("add", "sub", "sum") and all(k == PARTIAL for k in kinds):
+            return self._emit(node, node.inputs, Sharding(PARTIAL))
+        if (node.op == "mul" and len(kinds) == 2 and REPLICATED in kinds) or (node.op == "div" and kinds ==
+                                                                               [PARTIAL, REPLICATED]):
+            return self._emit(node, node.inputs, Sharding(PARTIAL))
+        return False
 
     def _transpose(self, node):
         (x,) = node.inputs

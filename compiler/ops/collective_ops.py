@@ -4,7 +4,9 @@ named-axis collectives over the mesh axis `MESH_AXIS`, so the same lowering runs
 under `jax.vmap(..., axis_name=MESH_AXIS)` (the compiler's check, one device standing
 in for all) and under `jax.shard_map` (the executor's collective launches).
 
-- `all_reduce`: every device's addend summed (a "partial" value made whole);
+- `all_reduce`: every device's addends summed (partial values made whole), one or
+  more tensors at once: the planner lays several out as one block that one
+  collective moves (compiler/collectives.py);
 - `all_gather` (`axis`, `devices`): the devices' parts joined along `axis`.
 
 A plan's collectives run between launches (executor/collectives.py): no kernel holds
@@ -18,8 +20,11 @@ from compiler.ops.registry import fail, int_attr, norm_axis, register, require_f
 
 
 def _all_reduce_infer(node, ins):
-    require_float(node, ins[0])
-    return [(ins[0].dtype, ins[0].shape)]
+    if len(node.outputs) != len(ins):
+        fail(node, f"sums {len(ins)} tensors into {len(node.outputs)} outputs (one output per input)")
+    for t in ins:
+        require_float(node, t)
+    return [(t.dtype, t.shape) for t in ins]
 
 
 def _all_gather_infer(node, ins):
@@ -31,8 +36,8 @@ def _all_gather_infer(node, ins):
     return [(x.dtype, tuple(d * devices if k == axis else d for k, d in enumerate(x.shape)))]
 
 
-register("all_reduce", (1, 1), foldable=False, collective=True)((
-    _all_reduce_infer, lambda node, x: (lax.psum(x, MESH_AXIS),)))
+register("all_reduce", (1, 1 << 16), n_outputs=None, foldable=False, collective=True)((
+    _all_reduce_infer, lambda node, *xs: tuple(lax.psum(xs, MESH_AXIS))))
 register("all_gather", (1, 1), ("axis", "devices"), foldable=False, collective=True)((
     _all_gather_infer,
     lambda node, x: (lax.all_gather(x, MESH_AXIS, axis=node.attr("axis", 0) % x.ndim, tiled=True),)))

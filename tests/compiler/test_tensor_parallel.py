@@ -13,20 +13,13 @@ import pytest
 import compiler
 from aotplan.core import codec, model_json
 from aotplan.core.errors import ModelError
-from aotplan.core.graph import Constant, Graph, Node, TensorInfo, freeze
 from compiler import pipeline, tensor_parallel, tensor_parallel_plan
 from conftest import EXAMPLES
+from tensor_models import small_graph, three_heads
 
 MLP = f"{EXAMPLES}/mlp/model.json"
 TRANSFORMER = f"{EXAMPLES}/transformer/model.json"
 NO_PASSES = frozenset(pipeline.CLEANUP_PASSES)
-
-
-def _graph(nodes, inputs, consts, outputs):
-    rng = np.random.default_rng(1)
-    return Graph("t", tuple(TensorInfo(n, "float32", s) for n, s in inputs), tuple(outputs),
-                 tuple(Node(name, op, tuple(ins), tuple(outs), freeze(attrs)) for name, op, ins, outs, attrs in nodes),
-                 tuple(Constant(n, "float32", s, rng.standard_normal(s).astype(np.float32)) for n, s in consts))
 
 
 def _shard(graph, devices):
@@ -42,7 +35,7 @@ def _ops(sharded):
 
 
 def _mlp(hidden=8):
-    return _graph([("up", "matmul", ("x", "w1"), ("h",), {}), ("act", "relu", ("h",), ("a",), {}),
+    return small_graph([("up", "matmul", ("x", "w1"), ("h",), {}), ("act", "relu", ("h",), ("a",), {}),
                    ("down", "matmul", ("a", "w2"), ("y",), {}), ("out", "add", ("y", "b2"), ("z",), {})],
                   [("x", (3, 4))], [("w1", (4, hidden)), ("w2", (hidden, 4)), ("b2", (4,))], ["z"])
 
@@ -60,7 +53,7 @@ def test_an_mlp_block_is_column_then_row_parallel_with_one_all_reduce(devices):
 
 
 def test_a_gemm_with_a_bias_and_transposed_weights_adds_the_bias_after_the_sum():
-    g = _graph([("up", "gemm", ("x", "w1", "b1"), ("h",), {"trans_b": 1}), ("act", "tanh", ("h",), ("a",), {}),
+    g = small_graph([("up", "gemm", ("x", "w1", "b1"), ("h",), {"trans_b": 1}), ("act", "tanh", ("h",), ("a",), {}),
                 ("down", "gemm", ("a", "w2", "b2"), ("y",), {"trans_b": 1, "beta": 0.5})],
                [("x", (3, 4))], [("w1", (6, 4)), ("b1", (6,)), ("w2", (4, 6)), ("b2", (4,))], ["y"])
     s = _shard(g, 2)
@@ -83,13 +76,13 @@ def test_a_split_that_a_rule_cannot_keep_is_gathered():
 
 
 def test_a_split_graph_output_is_gathered_into_its_own_name():
-    g = _graph([("fc", "matmul", ("x", "w"), ("y",), {})], [("x", (2, 4))], [("w", (4, 6))], ["y"])
+    g = small_graph([("fc", "matmul", ("x", "w"), ("y",), {})], [("x", (2, 4))], [("w", (4, 6))], ["y"])
     s = _shard(g, 2)
     assert _ops(s) == [("all_gather", ("y/part",), ("y",))] and s.graph.outputs == ("y",)
 
 
 def test_a_model_with_no_weight_to_split_is_refused():
-    g = _graph([("fc", "matmul", ("x", "w"), ("y",), {})], [("x", (2, 4))], [("w", (4, 3))], ["y"])
+    g = small_graph([("fc", "matmul", ("x", "w"), ("y",), {})], [("x", (2, 4))], [("w", (4, 3))], ["y"])
     with pytest.raises(ModelError, match=r"--devices 2 --parallel tensor: no weight of the model can be split "
                                          r".*compile it --parallel data, or for one device"):
         _shard(g, 2)
@@ -140,7 +133,29 @@ def test_options_it_cannot_honour_are_refused(kwargs, msg):
 
 
 def test_a_collective_in_a_one_device_model_is_refused():
-    g = _graph([("sum", "all_reduce", ("x",), ("y",), {})], [("x", (2, 4))], [], ["y"])
+    g = small_graph([("sum", "all_reduce", ("x",), ("y",), {})], [("x", (2, 4))], [], ["y"])
     with pytest.raises(ModelError, match=r"node 'sum': all_reduce is a collective over several devices; it runs "
                                          r"only in a plan compiled --devices N --parallel tensor"):
         pipeline.compile_graph(g, "d", pipeline.Options(launch="kernel"))
+
+
+def test_three_tensors_summed_at_one_point_are_one_block_and_one_collective():
+    s = _shard(three_heads(), 2)
+    assert _ops(s) == [("all_reduce", ("o1/part", "o2/part", "o3/part"), ("o1", "o2", "o3"))]
+    plan = pipeline.compile_graph(s.graph, "d", pipeline.Options(launch="kernel", devices=2, inline_bytes=0,
+                                                                 disabled=NO_PASSES, split_groups=False,
+                                                                 format_policy="default")).plan
+    (c,) = plan.mesh.collectives
+    T = plan.tensors
+    parts = [T[i] for i in c.reads]
+    assert [t.name for t in parts] == ["o1/part", "o2/part", "o3/part"]
+    assert [t.nbytes for t in parts] == [2 * 3 * 4, 2 * 5 * 4, 2 * 16 * 4]  # 24, 40, 128 bytes
+    start = parts[0].offset
+    assert start % 64 == 0
+    # each part at the aligned offset right after the one before; the block ends the arena
+    assert [t.offset - start for t in parts] == [0, 64, 128]
+    assert plan.arena_bytes == start + 128 + 128
+    assert [T[i].offset for i in c.writes] == [t.offset for t in parts]  # the results in place
+    from executor.collectives import block
+
+    assert block(plan, c) == (start // 4, (128 + 128) // 4)  # one slice of 64 words: one collective moves it

@@ -1,6 +1,6 @@
 """Tensor-parallel plans (`--devices N --parallel tensor`) on several host devices: the
-example MLP and transformer and a BERT-like model (scripts/gen_models.py's structure,
-smaller), on 2 and 4 devices, in fused and kernel mode, give the one-device plan's
+example MLP and transformer, a BERT-like model (scripts/gen_models.py's structure,
+smaller) and three heads summed as one block (tests/tensor_models.py), on 2 and 4 devices, in fused and kernel mode, give the one-device plan's
 outputs; every device's arena stays the same buffer across steps (the collectives
 donate it) and holds its part of the weights; the wrong devices, a device's Session
 run alone and wrong feeds are each one clear error. The devices are forced host
@@ -83,10 +83,15 @@ def report(tmp_path_factory):
         sys.path.remove(os.path.join(ROOT, "scripts"))
     from aotplan.core import model_json
 
+    from tensor_models import three_heads
+
     bert = gen_models.bert4(layers=2, seq=16, hid=64, heads=4, ffn=128, name="bert_small")
-    model_json.save(bert, str(d / "bert.json"))
+    for name, graph in (("bert", bert), ("heads", three_heads())):  # (a folder each: its weights file)
+        (d / name).mkdir()
+        model_json.save(graph, str(d / name / "model.json"))
     models = {"mlp": os.path.join(EXAMPLES, "mlp", "model.json"),
-              "transformer": os.path.join(EXAMPLES, "transformer", "model.json"), "bert": str(d / "bert.json")}
+              "transformer": os.path.join(EXAMPLES, "transformer", "model.json"), "bert": str(d / "bert" / "model.json"),
+              "heads": str(d / "heads" / "model.json")}
     env = {k: v for k, v in os.environ.items() if k not in ("AOTPLAN_TRUST_KEY", "AOTPLAN_CACHE_DIR")}
     r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(models)], capture_output=True, text=True, cwd=ROOT,
                        env=env, timeout=900)
@@ -96,13 +101,16 @@ def report(tmp_path_factory):
 
 
 def test_every_model_mode_and_device_count_matches_the_one_device_plan(report):
-    want = {f"{m}/{launch}/{n}" for m in ("mlp", "transformer", "bert") for launch in ("fused", "kernel") for n in (2, 4)}
+    want = {f"{m}/{launch}/{n}" for m in ("mlp", "transformer", "bert", "heads") for launch in ("fused", "kernel")
+            for n in (2, 4)}
     assert set(report["diff"]) == want
     assert all(d <= 1e-5 for d in report["diff"].values()), report["diff"]
 
 
 def test_each_device_keeps_its_arena_in_place_and_its_part_of_the_weights(report):
     assert all(report["in_place"].values()), report["in_place"]
+    # three heads summed at one point: one collective, their parts one block
+    assert all(report["collectives"][f"heads/{launch}/{n}"] == 1 for launch in ("fused", "kernel") for n in (2, 4))
     # BERT's layers split by heads and FFN columns: one all-reduce per block (2 a layer)
     for n in (2, 4):
         assert report["collectives"][f"bert/kernel/{n}"] == 4, report["collectives"]
