@@ -73,11 +73,14 @@ def _program(plan, c):
 
 class Collectives:
     """The plan's collectives over `devices` (jax Devices, in mesh order), compiled at
-    load. `run(s, arenas)`: the collectives that run after launch s, on the devices'
-    arenas (in mesh order) -> the new arenas (the same buffers)."""
+    load. `run(s, arenas)`: the collectives that run after launch s, on the arenas of
+    `mine` (this process's devices among them, in mesh order; all of them in a run of
+    one process) -> their new arenas (the same buffers). Every process of a run calls
+    it at once: each program spans the processes (executor/distributed.py)."""
 
-    def __init__(self, plan, devices):
+    def __init__(self, plan, devices, mine=None):
         self.devices = list(devices)
+        self.mine = list(devices if mine is None else mine)
         self.mesh = Mesh(np.array(self.devices), (MESH_AXIS,))
         self.sharding = NamedSharding(self.mesh, PartitionSpec(MESH_AXIS))
         self.words = plan.arena_bytes // formats.WORD_BYTES
@@ -97,4 +100,4 @@ class Collectives:
         for program in self.after[s]:
             whole = program(whole)
         by_device = {sh.device: sh.data for sh in whole.addressable_shards}
-        return [by_device[d] for d in self.devices]
+        return [by_device[d] for d in self.mine]

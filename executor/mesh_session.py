@@ -25,6 +25,7 @@ from aotplan.core import dtypes, verify
 from aotplan.core.errors import FeedError, InternalError, PlanError
 from aotplan.core.plan import Plan
 from executor.arguments import resolve_device, short
+from executor import distributed
 from executor.collectives import Collectives
 from executor.session import Session
 
@@ -60,9 +61,10 @@ def mesh_devices(n, devices=None, parallel="data"):
 
 
 class MeshSession:
-    """`Session`'s interface for a data-parallel plan: `run`, `input_specs`,
+    """`Session`'s interface for a plan for several devices: `run`, `input_specs`,
     `output_specs`, `memory`, `close`, a context manager. `sessions`: one Session per
-    device, in mesh order. `devices`: as `mesh_devices` takes them; the other arguments
+    device of this process, in mesh order (several processes: executor/distributed.py;
+    tensor-parallel plans only). `devices`: as `mesh_devices` takes them; the other arguments
     are each device's Session's."""
 
     def __init__(self, plan, devices=None, **session_args):
@@ -74,13 +76,22 @@ class MeshSession:
         self.plan, self.mesh = plan, plan.mesh
         self.devices = mesh_devices(self.mesh.devices, devices, self.mesh.parallel)
         self.tensor = self.mesh.parallel == "tensor"
+        mine = distributed.local(self.devices)  # (several processes: each drives its own devices)
+        if len(mine) < len(self.devices) and not self.tensor:
+            raise PlanError(f"a data-parallel plan runs in one process: {len(self.devices) - len(mine)} of its "
+                            f"{len(self.devices)} devices belong to other processes")
+        if not mine:
+            raise PlanError(f"none of the plan's {len(self.devices)} devices belongs to this process (process "
+                            f"{jax.process_index()} of {jax.process_count()}): the first {len(self.devices)} "
+                            f"devices of the run make its mesh")
         self.sessions = []
         try:
             if self.tensor:
                 warmup = session_args.pop("warmup", True)
-                for k, d in enumerate(self.devices):  # (the mesh's own warm-up step below)
-                    self.sessions.append(Session(plan, device=d, warmup=False, mesh_device=k, **session_args))
-                self._collectives = Collectives(plan, self.devices)
+                for d in mine:  # (the mesh's own warm-up step below)
+                    self.sessions.append(Session(plan, device=d, warmup=False, mesh_device=self.devices.index(d),
+                                                 **session_args))
+                self._collectives = Collectives(plan, self.devices, mine)
                 self._pauses = frozenset(self._collectives.after)
             else:
                 one = dataclasses.replace(plan, mesh=None)

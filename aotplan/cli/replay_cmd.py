@@ -132,14 +132,29 @@ def pick_method(session, name, plan_path):
                    "hand-off: tens of microseconds, which dominate small models' steps.")
 @click.option("--method", metavar="NAME", help="Which of the plan's methods to run (a plan of several: "
                                                 "`aotplan inspect` lists them).")
+@click.option("--coordinator", metavar="HOST:PORT",
+              help="Run a tensor-parallel plan's mesh across several processes (hosts): every process runs this "
+                   "command with the same plan and inputs, its own --process-id and the same --num-processes; "
+                   "process 0 listens on HOST:PORT (jax.distributed). The mesh is the first N devices of all the "
+                   "processes; each prints its own first device's outputs.")
+@click.option("--process-id", type=int, metavar="I", help="This process's rank, 0 to P-1 (with --coordinator).")
+@click.option("--num-processes", type=int, metavar="P", help="How many processes run the plan (with --coordinator).")
 @memory_option
 @trust_options
 @handle_errors
 def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc, profile, trace_path, as_json,
-           dump_dir, isolate, cpu_dispatch, method, max_memory, trust_key, require_signature, trust_executables,
-           cache_dir):
+           dump_dir, isolate, cpu_dispatch, method, coordinator, process_id, num_processes, max_memory, trust_key,
+           require_signature, trust_executables, cache_dir):
     """Load PLAN, run it STEPS times in place, print its outputs and step times."""
     import executor
+
+    run_of = (coordinator, process_id, num_processes)
+    if any(v is not None for v in run_of):
+        if any(v is None for v in run_of):
+            raise click.UsageError("--coordinator, --process-id and --num-processes go together")
+        from executor import distributed
+
+        distributed.initialize(coordinator, process_id, num_processes)  # (before jax starts its backends)
 
     say = (lambda line: None) if as_json else click.echo
     report = {"plan": plan_path}

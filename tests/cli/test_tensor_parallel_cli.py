@@ -1,0 +1,101 @@
+"""`aotplan compile --devices N --parallel tensor` and the commands that read its plan:
+the summary and `inspect` say the collectives, `replay` runs it on N forced host
+devices, or on two processes on loopback joined by jax.distributed (gloo), each
+printing the one-device plan's outputs; the wrong devices and run flags are each one
+clear error."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from aotplan.core.errors import PlanError
+from conftest import EXAMPLES, ROOT, aotplan_cli
+from executor import distributed
+
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="host devices and gloo: a CPU host's test")
+
+MLP = os.path.join(EXAMPLES, "mlp", "model.json")
+
+
+def _env(devices=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("AOTPLAN_TRUST_KEY", "AOTPLAN_CACHE_DIR", "XLA_FLAGS")}
+    if devices:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return env
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tp")
+    one, two = str(d / "one.plan"), str(d / "two.plan")
+    assert aotplan_cli("compile", MLP, "--launch", "kernel", "-o", one).returncode == 0
+    r = aotplan_cli("compile", MLP, "--devices", "2", "--parallel", "tensor", "-o", two)
+    assert r.returncode == 0, r.stderr
+    assert "launch mode fused" in r.stdout, r.stdout  # (the default for tensor parallel)
+    assert ("devices: 2 (tensor parallel): each holds its part of 5 split weights and takes the whole inputs; 2 "
+            "collectives per step (1 all-reduce, 1 all-gather;") in r.stdout, r.stdout
+    out = str(d / "want.npz")
+    r = aotplan_cli("replay", one, "--random-inputs", "--steps", "1", "--output", out, env=_env())
+    assert r.returncode == 0, r.stderr
+    return one, two, out, d
+
+
+def test_replay_on_forced_host_devices_gives_the_one_device_outputs(plans):
+    _, two, want, d = plans
+    got = str(d / "forced.npz")
+    r = aotplan_cli("replay", two, "--random-inputs", "--steps", "2", "--output", got, env=_env(2))
+    assert r.returncode == 0, r.stderr
+    assert "on 2 devices (cpu:0, cpu:1), tensor parallel" in r.stdout and "runs 2 collectives between" in r.stdout
+    _same(got, want)
+    r = aotplan_cli("inspect", two)
+    assert "devices: 2 (tensor parallel" in r.stdout and "collective all_reduce after launch" in r.stdout, r.stdout
+
+
+def test_two_processes_on_loopback_run_the_plan_and_each_gives_the_outputs(plans):
+    _, two, want, d = plans
+    with socket.socket() as s:  # (a free port: process 0 binds it on loopback)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, "-m", "aotplan.cli", "replay", two, "--random-inputs", "--steps", "2",
+                               "--output", str(d / f"p{i}.npz"), "--coordinator", f"127.0.0.1:{port}",
+                               "--process-id", str(i), "--num-processes", "2"], cwd=ROOT, env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=240) for p in procs]  # (bounded: a lost peer must not hang the suite)
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, out + err[-3000:]
+        assert "on 2 devices (cpu:0, cpu:2048), tensor parallel" in out, out
+    for i in range(2):
+        _same(str(d / f"p{i}.npz"), want)
+
+
+def _same(got, want):
+    with np.load(got) as g, np.load(want) as w:
+        assert set(g.files) == set(w.files)
+        for k in w.files:
+            np.testing.assert_allclose(g[k], w[k], rtol=1e-5, atol=1e-6)
+
+
+def test_bad_devices_and_run_flags_are_one_clear_error(plans):
+    _, two, _, _ = plans
+    r = aotplan_cli("replay", two, "--random-inputs", env=_env(1))
+    assert r.returncode != 0 and "the plan runs on 2 devices (tensor parallel); this host has 1 cpu device" in \
+        r.stderr, r.stderr
+    r = aotplan_cli("replay", two, "--random-inputs", "--coordinator", "127.0.0.1:1", env=_env())
+    assert r.returncode == 2 and "--coordinator, --process-id and --num-processes go together" in r.stderr, r.stderr
+    r = aotplan_cli("compile", MLP, "--parallel", "tensor", "-o", os.devnull)
+    assert r.returncode == 2 and "--parallel tensor splits the weights across devices: give --devices N" in r.stderr
+    for args, msg in ((("nohost", 0, 2), r"--coordinator 'nohost': expected HOST:PORT"),
+                      (("127.0.0.1:99999", 0, 2), r"expected HOST:PORT"),
+                      (("127.0.0.1:8476", 2, 2), r"--process-id 2: expected 0 to 1 \(--num-processes 2\)"),
+                      (("127.0.0.1:8476", 0, 1), r"--num-processes 1: several processes run one plan")):
+        with pytest.raises(PlanError, match=msg):
+            distributed.initialize(*args)
