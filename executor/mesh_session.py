@@ -204,6 +204,14 @@ class MeshSession:
             return dict(zip(self.plan.output_names, outs))
         return self.sessions[0].host_outputs(outs)
 
+    def arena_pointer(self):
+        """(Each device's arena's device address, in mesh order): the same after every
+        step when steps run in place (`replay --check-alloc`)."""
+        return tuple(s.arena_pointer() for s in self.sessions)
+
+    def state_pointer(self):
+        return None  # (a plan for several devices has no states)
+
     def close(self):
         for s in self.sessions:
             s.close()

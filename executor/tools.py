@@ -43,9 +43,10 @@ class AllocReport:
     # each input and output) rounded up to ALLOCATOR_ROUNDING, as XLA's GPU allocator
     # (a BFC allocator) hands them out; inline constants counted as they are
     allocator_bytes: int = -1
+    devices: int = 1  # the devices whose arenas were checked (a plan for several devices: each)
 
     def lines(self):
-        yield (f"allocation check over {self.steps} steps: arena pointer "
+        yield (f"allocation check over {self.steps} steps: arena pointer{f's of {self.devices} devices' if self.devices > 1 else ''} "
                f"{'unchanged' if self.arena_pointers == 1 else f'changed ({self.arena_pointers} values)'}; "
                f"live arrays {self.live_arrays[0]}..{self.live_arrays[1]}; RSS growth {self.rss_growth_bytes} B")
         if self.device_bytes_in_use:
@@ -84,13 +85,16 @@ def _allocator_bytes(session):
 
 def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
     """Run `steps` steps and check that nothing accumulates: the arena (and the state
-    buffer) keeps its device pointer, the count of live jax arrays is constant, RSS grows by less than
+    buffer) keeps its device pointer (a plan for several devices: every device's arena), the count of live jax arrays is constant, RSS grows by less than
     `rss_slack`, and where the device reports memory_stats(), bytes in use stay flat
     and the peak stays within the plan's stated memory plus inputs and outputs."""
     session.wait_ready()  # (a native plan's kernels are swapped once, after its first step)
     for _ in range(warm):
         jax.block_until_ready(session.run(feeds))
-    stats0 = _mem_stats(session.device)
+    # (a plan for several devices: each device's arena and memory are checked, the
+    # device most used reported)
+    devices = [s.device for s in getattr(session, "sessions", [session])]
+    stats0 = max((_mem_stats(d) for d in devices), key=lambda st: st.get("peak_bytes_in_use", -1))
     peak0 = int(stats0.get("peak_bytes_in_use", -1)) if stats0 else -1
     rss0 = _rss_bytes()
     ptrs, state_ptrs, live, in_use = set(), set(), [], []
@@ -101,13 +105,13 @@ def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
         ptrs.add(session.arena_pointer())
         state_ptrs.add(session.state_pointer())
         live.append(len(jax.live_arrays()))
-        st = _mem_stats(session.device)
-        if st and "bytes_in_use" in st:
-            in_use.append(int(st["bytes_in_use"]))
+        st = [_mem_stats(d) for d in devices]
+        if all(x and "bytes_in_use" in x for x in st):
+            in_use.append(tuple(int(x["bytes_in_use"]) for x in st))
     rss = _rss_bytes() - rss0
     io_bytes = sum(session.plan.tensors[i].nbytes for i in (*session.plan.inputs, *session.plan.outputs))
     stated = session.memory.step_device_bytes + io_bytes
-    end = _mem_stats(session.device)
+    end = max((_mem_stats(d) for d in devices), key=lambda st: st.get("peak_bytes_in_use", -1))
     peak = int(end.get("peak_bytes_in_use", -1)) if end else -1
     problems = []
     if len(ptrs) != 1:
@@ -118,15 +122,22 @@ def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
         problems.append(f"live arrays grew from {min(live)} to {max(live)}")
     if rss > rss_slack:
         problems.append(f"RSS grew by {rss} B (slack {rss_slack} B)")
-    if in_use and max(in_use) != min(in_use):
-        problems.append(f"device bytes in use changed: {min(in_use)}..{max(in_use)}")
+    if in_use and len(set(in_use)) != 1:
+        problems.append(f"device bytes in use changed: {_span(in_use)}")
     # the peak is process-wide (loading may have set it): judge it only if the steps raised it
     if stats0 and in_use and peak > peak0 and peak - int(stats0.get("bytes_in_use", 0)) > stated:
         problems.append(f"the steps raised the device peak to {peak} B, {peak - int(stats0.get('bytes_in_use', 0))} B "
                         f"above the bytes in use before them, more than the stated {stated} B")
+    in_use = [max(x) for x in in_use]  # (the device most used)
     return AllocReport(steps, len(ptrs), (min(live), max(live)), rss,
                        (min(in_use), max(in_use)) if in_use else (), peak, stated, not problems, tuple(problems),
-                       peak0, _allocator_bytes(session) if in_use else -1)
+                       peak0, _allocator_bytes(session) if in_use else -1, len(devices))
+
+
+def _span(values):
+    """[(bytes per device)] -> "min..max" (one device) or the devices' spans."""
+    per = list(zip(*values))
+    return ", ".join(f"{min(v)}..{max(v)}" for v in per)
 
 
 def _mem_stats(device):

@@ -75,6 +75,8 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
     graph, digest = load_model(model, input_shapes, frozen, allow_outside_weights, states, state_inits)
     if digest != plan.provenance.model_digest:
         raise AotplanError(_not_compiled_from(plan, plan_path, graph, model, digest, frozen))
+    if plan.mesh is not None and plan.mesh.parallel == "tensor":
+        return _check_tensor_plan(plan, plan_path, graph, trusted or trust_executables, inputs, seed, rtol, atol)
     if plan.mesh is not None:  # every device runs one device's program: check it, at one slice's shapes
         from compiler import data_parallel
 
@@ -159,6 +161,30 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
         click.echo(f"the kernel-mode plan of {model} agrees, {plan_path} does not: the difference lies in "
                    f"{plan_path} itself, in {where}, not in the model's ops")
     if plan_bad or diffs:
+        click.get_current_context().exit(1)
+
+
+def _check_tensor_plan(plan, plan_path, graph, trusted, inputs, seed, rtol, atol):
+    """A tensor-parallel plan: each device holds parts, so no one device's tensors are
+    the model's: its outputs, run on its devices, are compared with the model's."""
+    import executor
+    from aotplan.cli import check_launches as chk
+    from compiler import reference
+
+    click.echo(f"{plan_path}: runs on {plan.mesh.devices} devices (tensor parallel): comparing its outputs, run on "
+               f"{plan.mesh.devices} devices of this host, with the model's (each device holds parts of the "
+               f"tensors, so none is compared launch by launch)")
+    session = executor.MeshSession(plan, trusted=trusted)
+    feeds = session_feeds(session, inputs, True, seed)
+    want = reference.evaluate(graph, feeds)
+    got = session.run(feeds)
+    bad = False
+    for name, dtype, _ in session.output_specs:
+        ok, mabs, mrel, where, g, w = chk.compare(got[name], want[name], *chk.tolerance(dtype, rtol, atol))
+        click.echo(f"output {name}: {'ok' if ok else 'DIFFERS'} (max abs err {mabs:.3g}, max rel err {mrel:.3g})"
+                   + ("" if ok else f"; at index {list(where)} got {g:.6g}, expected {w:.6g}"))
+        bad |= not ok
+    if bad:
         click.get_current_context().exit(1)
 
 

@@ -194,7 +194,7 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
                                        isolate=isolate, max_memory=max_memory, echo=say), method, plan_path)
     mesh = getattr(session, "mesh", None)
     if mesh is not None:
-        for flag, given in (("--check-alloc", check_alloc), ("--profile", profile), ("--dump", dump_dir)):
+        for flag, given in (("--profile", profile), ("--dump", dump_dir)):
             if given:
                 raise AotplanError(f"{flag}: not supported yet for a plan for several devices ({plan_path} runs "
                                    f"on {mesh.devices})")

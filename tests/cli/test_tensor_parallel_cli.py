@@ -52,6 +52,12 @@ def test_replay_on_forced_host_devices_gives_the_one_device_outputs(plans):
     assert r.returncode == 0, r.stderr
     assert "on 2 devices (cpu:0, cpu:1), tensor parallel" in r.stdout and "runs 2 collectives between" in r.stdout
     _same(got, want)
+    r = aotplan_cli("replay", two, "--random-inputs", "--steps", "2", "--check-alloc", env=_env(2))
+    assert r.returncode == 0 and "arena pointers of 2 devices unchanged" in r.stdout and "  ok: nothing" in r.stdout, \
+        r.stdout + r.stderr
+    r = aotplan_cli("check", two, MLP, env=_env(2))
+    assert r.returncode == 0 and "runs on 2 devices (tensor parallel): comparing its outputs" in r.stdout and \
+        "output probs: ok" in r.stdout, r.stdout + r.stderr
     r = aotplan_cli("inspect", two)
     assert "devices: 2 (tensor parallel" in r.stdout and "collective all_reduce after launch" in r.stdout, r.stdout
 
