@@ -73,6 +73,8 @@ class Options:
     jobs: int = 0  # XLA compiles at once while lowering; 0: xla_options.default_jobs() (the plan is the same)
     inline_bytes: int = INLINE_BYTES  # sink/fused, weights in the pool: constants compiled into kernels, at most
     max_unrolled_nodes: int = unroll.MAX_UNROLLED_NODES  # nodes all of an ONNX model's loops may write, unrolled
+    collective_blocks: bool = True  # tensor parallel: partial values summed at one point are one all-reduce of
+    # one block (compiler/tensor_parallel.py, compiler/collectives.py); off: one all-reduce each
     devices: int = 1  # a tensor-parallel plan's devices (compiler/tensor_parallel.py): its graph's collectives span
     # them; its launches take the feeds from an input kernel and give the outputs to an output kernel (a
     # collective may come last)

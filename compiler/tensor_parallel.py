@@ -66,8 +66,8 @@ class Sharded:
 
 
 class _Sharder:
-    def __init__(self, graph, info, devices):
-        self.graph, self.info, self.n = graph, info, devices
+    def __init__(self, graph, info, devices, blocks=True):
+        self.graph, self.info, self.n, self.blocks = graph, info, devices, blocks
         self.cmap = graph.constant_map()
         self.state = {}  # tensor name -> Sharding (absent: replicated)
         self.nodes, self.parts, self.gathered = [], {}, {}
@@ -118,10 +118,13 @@ class _Sharder:
             rule = RULES.get(node.op) or (_Sharder._elementwise if ops.get(node.op).elementwise else None)
             if rule is None or rule(self, node) is None:
                 self._replicated(node)
-        if self.pending:  # the partial outputs no node reads: one all-reduce, at the end
+        if self.pending and self.blocks:  # the partial outputs no node reads: one all-reduce, at the end
             parts, outs = zip(*self.pending)
             self.nodes.append(Node("outputs/all_reduce", "all_reduce", parts, outs))
             self.collectives += 1
+        else:
+            for part, out in self.pending:
+                self._collective(part, out)
         return self.nodes
 
     def _emit(self, node, inputs, sharding=WHOLE, attrs=None, outputs=None):
@@ -290,10 +293,11 @@ RULES = {"matmul": _Sharder._matmul, "gemm": _Sharder._gemm, "transpose": _Shard
          "layernorm": _Sharder._normalizing}
 
 
-def shard(graph, info, devices):
+def shard(graph, info, devices, blocks=True):
     """The cleaned-up graph and its tensors' types -> Sharded (see the module
-    docstring); ModelError where no weight is split."""
-    sh = _Sharder(graph, dict(info), devices)
+    docstring); ModelError where no weight is split. `blocks` off: one all-reduce per
+    partial output (`--disable collective-blocks`)."""
+    sh = _Sharder(graph, dict(info), devices, blocks)
     nodes = sh.run()
     if not sh.parts:
         raise ModelError(f"--devices {devices} --parallel tensor: no weight of the model can be split (tensor "

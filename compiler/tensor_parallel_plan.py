@@ -74,7 +74,7 @@ def compile_tensor_parallel(graph, digest, options, devices, progress=None, on_s
                          f"(a collective moves default-format tensors): leave out --formats {options.format_policy}")
     options = pipeline.resolve(options)
     cleaned, order, info = pipeline.prepare(graph, options)
-    sharded = tensor_parallel.shard(cleaned, info, devices)
+    sharded = tensor_parallel.shard(cleaned, info, devices, options.collective_blocks)
     # the sharded graph is cleaned up already: its passes would rewrite device 0's
     # part of a weight alone (CSE merging two parts equal on device 0, a layout change)
     every_pass = frozenset(pipeline.CLEANUP_PASSES)

@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
 """Plans for several devices against the one-device plan, per step: latency and one
-device's memory (arena, constant pool, workspace), for data-parallel plans on 1, 2, 4
-host devices (forced: XLA_FLAGS before jax starts, so this script sets it), the
-one-device plan measured in the same run, rounds interleaved.
+device's memory (arena, constant pool, workspace), on 1, 2, 4 host devices (forced:
+XLA_FLAGS before jax starts, so this script sets it), the one-device plan measured in
+the same run, rounds interleaved.
 
     python scripts/bench_parallel.py [MODEL ...] [--devices 1,2,4] [--batch 4] [--steps 20] [--rounds 3]
+    python scripts/bench_parallel.py --parallel tensor [MODEL ...] [--launch kernel]
 
-MODEL: a model.json (default: the example MLP and CNN); `--batch` sets every input's
-first axis (a model that writes its batch into a shape cannot take another one).
-Data-parallel plans move no bytes between devices (no collective); on a CPU the host
-devices share the same cores, so no speed-up is expected there: the memory split is
-the point (docs/design.md, "Several devices").
+Data parallel (default): MODEL a model.json (default: the example MLP and CNN);
+`--batch` sets every input's first axis (a model that writes its batch into a shape
+cannot take another one). Its plans move no bytes between devices (no collective).
+Tensor parallel: MODEL a model.json (default: a BERT-like encoder of
+scripts/gen_models.py's structure, 2 layers, sequence 64, hidden 512, 8 heads, FFN
+2048, and three heads summed as one block, tests/tensor_models.py's structure at
+hidden 512); each row also says the collectives per step and the bytes each device
+sends into them; the block model is measured with and without `collective-blocks`
+(one all-reduce of one block vs one per tensor). On a CPU the host devices share the
+same cores, so no speed-up is expected there: the memory split is the point
+(docs/design.md, "Several devices").
 """
 
 import argparse
@@ -27,6 +34,8 @@ ap.add_argument("--devices", default="1,2,4")
 ap.add_argument("--batch", type=int, default=4)
 ap.add_argument("--steps", type=int, default=20)
 ap.add_argument("--rounds", type=int, default=3)
+ap.add_argument("--parallel", choices=("data", "tensor"), default="data")
+ap.add_argument("--launch", choices=("fused", "kernel"), default="fused", help="tensor parallel: the launch mode")
 args = ap.parse_args()
 counts = [int(n) for n in args.devices.split(",")]
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
@@ -58,7 +67,83 @@ def _at_batch(path, batch, work):
     return out
 
 
+def _timed(sessions, feeds):
+    """{key: session} -> {key: median ms per step}, rounds interleaved."""
+    times = {k: [] for k in sessions}
+    for s in sessions.values():
+        s.run(feeds)
+    for _ in range(args.rounds):
+        for k, s in sessions.items():
+            for _ in range(args.steps):
+                t0 = time.perf_counter()
+                s.run(feeds)
+                times[k].append(time.perf_counter() - t0)
+    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+
+
+def _tensor_models(work):
+    from aotplan.core import model_json
+
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import gen_models
+    import tensor_models
+
+    out = []
+    bert = gen_models.bert4(layers=2, seq=64, hid=512, heads=8, ffn=2048, name="bert_l2_h512")
+    nodes = [("up", "matmul", ("x", "w"), ("h",), {}), ("act", "relu", ("h",), ("a",), {})]
+    consts = [("w", (512, 2048))]
+    for k in ("o1", "o2", "o3"):
+        nodes.append((k, "matmul", ("a", f"{k}.w"), (k,), {}))
+        consts.append((f"{k}.w", (2048, 512)))
+    heads = tensor_models.small_graph(nodes, [("x", (64, 512))], consts, ["o1", "o2", "o3"])
+    for name, graph in (("bert_l2_h512", bert), ("three_heads_h512", heads)):
+        os.makedirs(os.path.join(work, name))
+        path = os.path.join(work, name, "model.json")
+        model_json.save(graph, path)
+        out.append(path)
+    return out
+
+
+def tensor_main():
+    with tempfile.TemporaryDirectory() as work:
+        models = args.models or _tensor_models(work)
+        print(f"host devices {max(counts)} (forced), tensor parallel, {args.launch} mode, {args.rounds} rounds x "
+              f"{args.steps} steps; ms per step (median), one device's bytes")
+        for path in models:
+            plans = {}
+            for n in counts:
+                variants = [("", {})] if n == 1 else [("", {})] + (
+                    [(" no blocks", {"collective_blocks": False})] if "three_heads" in path else [])
+                for label, opts in variants:
+                    try:
+                        plans[(n, label)] = (compiler.compile(path, launch=args.launch) if n == 1 else
+                                             compiler.compile(path, launch=args.launch, devices=n, parallel="tensor",
+                                                              **opts))
+                    except Exception as e:
+                        print(f"{path} on {n} devices: {type(e).__name__}: {e}")
+            sessions = {k: executor.load(codec.encode(p)) for k, p in plans.items()}
+            first = next(iter(sessions.values()))
+            feeds = {name: np.random.default_rng(0).standard_normal(shape).astype(dt)
+                     for name, dt, shape in first.input_specs}
+            ms = _timed(sessions, feeds)
+            base = ms.get((counts[0], ""))
+            for (n, label), p in plans.items():
+                m, mesh = p.memory, p.mesh
+                colls = mesh.collectives if mesh is not None else ()
+                moved = sum(p.tensors[i].nbytes for c in colls for i in c.reads)
+                ratio = f" ({ms[(n, label)] / base:.2f}x {counts[0]} device)" if base else ""
+                print(f"{os.path.basename(os.path.dirname(path)):18s} {n} device(s){label:10s}: {ms[(n, label)]:8.3f} ms"
+                      f"{ratio}; collectives {len(colls)}, bytes each device sends {moved:>8}; arena "
+                      f"{m.arena_bytes:>9} pool {m.constant_pool_bytes:>10} workspace {m.max_workspace_bytes:>9}",
+                      flush=True)
+            for s in sessions.values():
+                s.close()
+
+
 def main():
+    if args.parallel == "tensor":
+        return tensor_main()
     models = args.models or [os.path.join(ROOT, "plans", "examples", n, "model.json") for n in ("mlp", "cnn")]
     print(f"host devices {max(counts)} (forced), batch {args.batch}, {args.rounds} rounds x {args.steps} steps; "
           f"ms per step (median), one device's bytes")

@@ -34,6 +34,8 @@ OPTIMISATIONS = {
                   "kernel mode)",
     "inline-constants": "small constants compiled into the kernels as literals (sink and fused plans; as "
                         "--inline-constants 0)",
+    "collective-blocks": "partial values summed at one point are one all-reduce of one contiguous block "
+                         "(--parallel tensor; off: one all-reduce each)",
 }
 DISABLE_HELP = ("Switch off an optimisation (repeatable): " + "; ".join(f"{k}: {v}" for k, v in OPTIMISATIONS.items())
                 + ". docs/design.md, 'Memory planning', says what each costs and saves.")
@@ -181,7 +183,7 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                             weights=weights or pipeline.DEFAULT_WEIGHTS,
                             disabled=frozenset(disabled), launch=launch, reuse=not no_kernel_reuse,
                             embed_native=embed_executables, inplace=not no_inplace, views=not no_views,
-                            placement=placement,
+                            placement=placement, collective_blocks="collective-blocks" not in off,
                             schedule=schedule, format_policy=format_policy, conv_bands=not no_conv_bands, jobs=jobs,
                             targets={"host": (), "both": ("cpu", "cuda")}.get(target, (target,)),
                             **({"fuse_min_flops": fuse_min_flops} if fuse_min_flops is not None else {}),

@@ -159,3 +159,11 @@ def test_three_tensors_summed_at_one_point_are_one_block_and_one_collective():
     from executor.collectives import block
 
     assert block(plan, c) == (start // 4, (128 + 128) // 4)  # one slice of 64 words: one collective moves it
+
+
+def test_collective_blocks_off_is_one_all_reduce_per_tensor():
+    options = pipeline.resolve(pipeline.Options(launch="fused"))
+    cleaned, _, info = pipeline.prepare(three_heads(), options)
+    s = tensor_parallel.shard(cleaned, info, 2, blocks=False)
+    assert [(op, i) for op, i, _ in _ops(s)] == [("all_reduce", ("o1/part",)), ("all_reduce", ("o2/part",)),
+                                                  ("all_reduce", ("o3/part",))]
