@@ -58,6 +58,8 @@ def test_replay_on_forced_host_devices_gives_the_one_device_outputs(plans):
     r = aotplan_cli("check", two, MLP, env=_env(2))
     assert r.returncode == 0 and "runs on 2 devices (tensor parallel): comparing its outputs" in r.stdout and \
         "output probs: ok" in r.stdout, r.stdout + r.stderr
+    r = aotplan_cli("verify", two, env=_env())  # (device 0's kernels, in a child process)
+    assert r.returncode == 0 and "format 9" in r.stdout and "run in a child process" in r.stdout, r.stdout + r.stderr
     r = aotplan_cli("inspect", two)
     assert "devices: 2 (tensor parallel" in r.stdout and "collective all_reduce after launch" in r.stdout, r.stdout
 

@@ -1,5 +1,6 @@
 """Data-parallel plans (`--devices N --parallel data`) on several host devices: the
-example MLP (N = 2 and 4), CNN and a batch-4 transformer (N = 2), in every launch mode, give
+example MLP (N = 2 and 4), CNN, a batch-4 transformer and an ONNX light CNN (SqueezeNet at
+batch 2) (N = 2), in every launch mode, give
 the one-device plan's outputs; each device has its arena (kept in place across steps)
 and its weights; a plan for more devices than the host has, a one-device Session of a
 mesh plan and wrong feeds are each one clear error. The devices are forced host
@@ -83,8 +84,17 @@ def report(tmp_path_factory):
             n["attrs"]["shape"][0] = -1
     shutil.copy(os.path.join(EXAMPLES, "transformer", doc["weights"]["file"]), d / doc["weights"]["file"])
     (d / "transformer4.json").write_text(json.dumps(doc))
+    # an ONNX light CNN (the onnx wheel's SqueezeNet, seeded weights: tests/onnx_light.py) at batch 2
+    import onnx
+
+    import onnx_light
+
+    sq = onnx_light.load_randomized("squeezenet")
+    for t in (sq.graph.input[0], *sq.graph.output):
+        t.type.tensor_type.shape.dim[0].dim_value = 2
+    onnx.save(sq, str(d / "squeezenet2.onnx"))
     models = {"mlp": os.path.join(EXAMPLES, "mlp", "model.json"), "cnn": os.path.join(EXAMPLES, "cnn", "model.json"),
-              "transformer4": str(d / "transformer4.json")}
+              "transformer4": str(d / "transformer4.json"), "squeezenet2": str(d / "squeezenet2.onnx")}
     env = {k: v for k, v in os.environ.items() if k not in ("AOTPLAN_TRUST_KEY", "AOTPLAN_CACHE_DIR")}
     r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(models)], capture_output=True, text=True, cwd=ROOT,
                        env=env, timeout=900)
@@ -95,7 +105,7 @@ def report(tmp_path_factory):
 
 def test_every_example_and_launch_mode_matches_the_one_device_plan(report):
     want = {f"{m}/{launch}/{n}" for launch in ("sink", "fused", "kernel")
-            for m, ns in (("mlp", (2, 4)), ("cnn", (2,)), ("transformer4", (2,))) for n in ns}
+            for m, ns in (("mlp", (2, 4)), ("cnn", (2,)), ("transformer4", (2,)), ("squeezenet2", (2,))) for n in ns}
     assert set(report["diff"]) == want
     assert all(d <= 1e-5 for d in report["diff"].values()), report["diff"]
 
