@@ -12,9 +12,10 @@ Collective buffers (`place_blocks`): an all-reduce of several tensors (the shard
 makes one for the partial values summed at one point) gets them laid out as one
 contiguous block, each part at an aligned offset right after the one before, the
 block aligned, so that one collective moves the block as it lies (the executor reads
-it as one slice). The block takes bytes of its own past the planner's arena, its
-results in place over its parts; the planner's reuse of those bytes around the
-collective is not attempted (the block is a few activations, next to the weights).
+it as one slice). The block is placed after the planner's placement, first fit: at
+the lowest aligned offset that no tensor live while the block is (from its first
+part's write to its last result's read) holds, past the arena if none is free; its
+results lie in place over its parts.
 """
 
 import dataclasses
@@ -54,20 +55,42 @@ def strip(p):
 
 def place_blocks(p):
     """Planned -> the same, each all-reduce of several tensors given one contiguous,
-    aligned block past the arena (module docstring): its parts in the order it names
-    them, each result at its part's bytes (written in place). Views follow their base."""
-    offsets, end, moved = dict(p.mem.offsets), formats.align_up(p.mem.arena_bytes, formats.ALIGNMENT), False
+    aligned block (module docstring): its parts in the order it names them, each result
+    at its part's bytes (written in place). The block is live from its first part's
+    write to its last result's read; it takes the lowest aligned offset where no other
+    tensor live in that time has bytes (first fit over the planner's placement), past
+    the arena where none is free. Views follow their base."""
+    a = formats.ALIGNMENT
+    offsets, arena, moved = dict(p.mem.offsets), p.mem.arena_bytes, False
     recs = p.live.tensors
+    span = {iv.tensor: (iv.first, iv.last, iv.nbytes) for iv in p.live.intervals}
     for s, g in enumerate(p.groups):
         if not is_collective(g) or g[0].op != "all_reduce" or len(g[0].inputs) < 2:
             continue
-        for r, w in zip(*p.live.steps[s]):
-            offsets[r] = offsets[w] = end
-            end = formats.align_up(end + recs[r].nbytes, formats.ALIGNMENT)
+        reads, writes = p.live.steps[s]
+        deltas, size = [], 0
+        for r in reads:
+            deltas.append(size)
+            size = formats.align_up(size + recs[r].nbytes, a)
+        mine = set(reads) | set(writes)
+        first = min(span[t][0] for t in mine if t in span)
+        last = max(span[t][1] for t in mine if t in span)
+        busy = sorted((offsets[t], offsets[t] + n) for t, (f, l, n) in span.items()
+                      if t not in mine and f <= last and first <= l and n)
+        at = 0
+        for lo, hi in busy:  # (first fit: the lowest aligned gap of `size` bytes)
+            if lo >= at + size:
+                break
+            at = max(at, formats.align_up(hi, a))
+        for r, w, d in zip(reads, writes, deltas):
+            offsets[r] = offsets[w] = at + d
+            span[r] = span[w] = (first, last, 0)  # (placed: a later block sees them through `busy`)
+        span[reads[0]] = (first, last, size)
+        arena = max(arena, formats.align_up(at + size, a))
         moved = True
     if not moved:
         return p
     for i, t in enumerate(recs):  # (a view or part lies at its base's offset, plus its delta)
         if t.base >= 0:
             offsets[i] = offsets[t.base] + t.delta
-    return dataclasses.replace(p, mem=dataclasses.replace(p.mem, offsets=offsets, arena_bytes=end))
+    return dataclasses.replace(p, mem=dataclasses.replace(p.mem, offsets=offsets, arena_bytes=arena))
