@@ -276,6 +276,10 @@ def plan_front(fr, options=Options(), cuts=frozenset()):
     graph, order, info, fmts = fr.graph, list(fr.order), fr.info, lay.formats
     all_views = views.find(order, graph, info) if options.views else {}
     all_parts = views.placements(order, graph, info, all_views) if options.placement != "off" else {}
+    if options.devices > 1:  # (a collective reads and writes tensors of their own bytes: no view, no part)
+        held = {t for n in order if ops.get(n.op).collective for t in (*n.inputs, *n.outputs)}
+        all_views = {v: b for v, b in all_views.items() if v not in held}
+        all_parts = {x: part for x, part in all_parts.items() if x not in held and part.concat not in held}
     # a placed concat's bytes are live from its first input's write, so placement can
     # raise the peak: "auto" also plans without it and keeps the lower peak (placement
     # on ties: it also saves the concat's launch and copy)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from aotplan.core import dtypes
 from aotplan.core.errors import ModelError
 from aotplan.core.graph import Constant, Node
 from compiler import ops
@@ -112,6 +113,11 @@ class _Sharder:
     def is_constant(self, name):
         return name in self.cmap
 
+    def floats(self, name):
+        """Only float products are split (an all-reduce sums floats: an integer matmul,
+        a quantized model's, stays whole)."""
+        return self.info[name].dtype in dtypes.FLOAT_DTYPES
+
     # ------------------------------------------------------------ the walk
     def run(self):
         for node in self.graph.nodes:
@@ -166,7 +172,7 @@ class _Sharder:
         a, b = node.inputs
         sa, sb = self.of(a), self.of(b)
         ra, rb = len(self.info[a].shape), len(self.info[b].shape)
-        if self.is_constant(b) and rb == 2 and ra >= 2 and sa.kind != PARTIAL:
+        if self.is_constant(b) and rb == 2 and ra >= 2 and sa.kind != PARTIAL and self.floats(b):
             k, n = self.info[b].shape
             if sa.kind == REPLICATED and self.divides(n):  # column-parallel
                 return self._emit(node, [a, self.split_constant(b, 1)], Sharding(SPLIT, ra - 1))
@@ -185,7 +191,8 @@ class _Sharder:
         c = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
         sa = self.of(a)
         ta, tb = node.attr("trans_a", 0), node.attr("trans_b", 0)
-        if not self.is_constant(b) or ta or sa.kind == PARTIAL or (c is not None and not self.is_constant(c)):
+        if (not self.is_constant(b) or ta or sa.kind == PARTIAL or (c is not None and not self.is_constant(c))
+                or not self.floats(b)):
             return None
         k, n = self.info[b].shape[::-1] if tb else self.info[b].shape
         if sa.kind == REPLICATED and self.divides(n):  # column-parallel: the bias split with the columns

@@ -167,3 +167,23 @@ def test_collective_blocks_off_is_one_all_reduce_per_tensor():
     s = tensor_parallel.shard(cleaned, info, 2, blocks=False)
     assert [(op, i) for op, i, _ in _ops(s)] == [("all_reduce", ("o1/part",)), ("all_reduce", ("o2/part",)),
                                                   ("all_reduce", ("o3/part",))]
+
+
+def test_a_split_reshape_that_feeds_a_collective_is_no_view_in_kernel_mode():
+    # the heads' reshape keeps the split; its output, a graph output, is gathered: the
+    # gather's operand must have bytes of its own (a kernel-mode reshape is otherwise a view)
+    g = small_graph([("fc", "matmul", ("x", "w"), ("h",), {}), ("r", "reshape", ("h",), ("y",), {"shape": [2, 2, 4]})],
+                    [("x", (2, 4))], [("w", (4, 8))], ["y"])
+    plan = compiler.compile(g_path(g), launch="kernel", devices=2, parallel="tensor")
+    (c,) = plan.mesh.collectives
+    assert c.op == "all_gather" and plan.tensors[c.reads[0]].base == -1
+
+
+def g_path(graph, _dir=[]):
+    import tempfile
+
+    if not _dir:
+        _dir.append(tempfile.mkdtemp())
+    path = f"{_dir[0]}/{graph.name}_{len(graph.nodes)}.json"
+    model_json.save(graph, path)
+    return path
