@@ -17,6 +17,7 @@ per op decides each output's sharding from its inputs':
   whole rows of an output axis (a transformer's heads: (B, S, H*D) <-> (B, S, H, D));
   softmax and layer norm keep it where they do not normalize over it; a matmul of two
   activations split along the same batch axis (attention's heads) stays split;
+- ONNX's Attention with Q, K and V split by heads attends per device;
 - a sum of partial values stays partial (reduced once, later), and so does a partial
   value times or over a replicated one;
 - anything else, and every graph output, takes its inputs whole: a partial value gets
@@ -295,7 +296,38 @@ class _Sharder:
 
 
 
-RULES = {"matmul": _Sharder._matmul, "gemm": _Sharder._gemm, "transpose": _Sharder._transpose,
+    def _attention(self, node):
+        """ONNX Attention (opset 23 on) with Q, K, V split by heads (their head axis: 1 of
+        4-D inputs, the hidden axis 2 of 3-D ones, whose heads are contiguous columns): each
+        device attends with its heads, the grouped-query pairing kept (device d's query
+        heads use its own key/value heads), output split the same way. Only Q, K, V and a
+        mask the same for every head; no KV cache, one output."""
+        roles = node.attr("roles") or ("Q", "K", "V", "attn_mask")[:len(node.inputs)]
+        q = node.inputs[0]
+        rank = len(self.info[q].shape)
+        axis = 2 if rank == 3 else 1
+        if len(node.outputs) != 1 or not set(roles) <= {"Q", "K", "V", "attn_mask"} or rank not in (3, 4):
+            return None
+        if any(self.of(i) != Sharding(SPLIT, axis) for i in node.inputs[:3]):
+            return None
+        heads = [node.attr("q_num_heads"), node.attr("kv_num_heads")] if rank == 3 else \
+            [self.info[q].shape[1], self.info[node.inputs[1]].shape[1]]
+        if any(h is None or h % self.n for h in heads):
+            return None
+        if "attn_mask" in roles:
+            m = node.inputs[roles.index("attn_mask")]
+            shape = self.info[m].shape
+            if self.of(m).kind != REPLICATED or (len(shape) == 4 and shape[1] != 1):
+                return None
+        attrs = dict(node.attrs)
+        for key, h in zip(("q_num_heads", "kv_num_heads"), heads):
+            if key in attrs:
+                attrs[key] = h // self.n
+        return self._emit(node, node.inputs, Sharding(SPLIT, axis), attrs=tuple(sorted(attrs.items())))
+
+
+RULES = {"attention": _Sharder._attention, "matmul": _Sharder._matmul, "gemm": _Sharder._gemm,
+         "transpose": _Sharder._transpose,
          "reshape": _Sharder._reshape, "softmax": _Sharder._normalizing, "log_softmax": _Sharder._normalizing,
          "layernorm": _Sharder._normalizing}
 

@@ -65,3 +65,20 @@ def _arrays(m):
     from onnx import numpy_helper
 
     return [numpy_helper.to_array(t) for t in m.graph.initializer if t.data_type == TP.FLOAT]
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])  # (multi-head, and grouped-query: 2 query heads per key head)
+def test_an_attention_node_attends_with_each_devices_heads(kv_heads):
+    rng = np.random.default_rng(1)
+    w = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)  # noqa: E731
+    d = H // HEADS
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "Wq"], ["q"]), n("MatMul", ["x", "Wk"], ["k"]), n("MatMul", ["x", "Wv"], ["v"]),
+             n("Attention", ["q", "k", "v"], ["a"], q_num_heads=HEADS, kv_num_heads=kv_heads, is_causal=1),
+             n("MatMul", ["a", "Wo"], ["y"])]
+    inits = [("Wq", w(H, H)), ("Wk", w(H, kv_heads * d)), ("Wv", w(H, kv_heads * d)), ("Wo", w(H, H))]
+    m = model(nodes, [vi("x", TP.FLOAT, [B, S, H])], [vi("y", TP.FLOAT, [B, S, H])], inits, opset=23)
+    g = onnx_import.convert(m, name="attn")
+    plan = tensor_parallel_plan.compile_tensor_parallel(g, model_json.graph_digest(g), pipeline.Options(launch="fused"),
+                                                        2).plan  # (checked against the model under vmap)
+    assert [c.op for c in plan.mesh.collectives] == ["all_reduce"]  # (the output projection's, nothing gathered)
