@@ -245,6 +245,8 @@ def campaign(seed_value, count, case_timeout=60.0, start=0):
                 child.wait()
                 if current is not None:
                     yield current, mutator, "BAD hang", f"no outcome in {case_timeout:g} s"
+                else:  # (reported, not skipped: the child hung before its first case, in its seeds)
+                    yield start, "", "BAD hang", f"no case began within {case_timeout + 120:g} s"
                 start = (current if current is not None else start) + 1
                 break
             if line is None:
