@@ -84,10 +84,6 @@ class _Sharder:
     def of(self, name):
         return self.state.get(name, WHOLE)
 
-    def local_shape(self, name):
-        s, shape = self.of(name), self.info[name].shape
-        return tuple(d // self.n if s.kind == SPLIT and k == s.axis else d for k, d in enumerate(shape))
-
     def whole(self, name):
         """A name whose value is `name`'s, replicated: a collective's where it is not."""
         if self.of(name).kind == REPLICATED:
