@@ -26,6 +26,9 @@ from aotplan.core.verify_mesh import MAX_DEVICES
 # relative to the output's largest magnitude, still taken for float rounding (the
 # same programs over a batch of another size may sum in another order).
 BATCH_RTOL = 1e-4
+# (graph digest, devices) pairs this process has found batch-independent: the check
+# depends on the model alone (`model_json.graph_digest` covers its graph and weights)
+_INDEPENDENT = set()
 
 
 def check_devices(devices, parallel):
@@ -127,7 +130,12 @@ def compile_data_parallel(graph, digest, options, devices, parallel="data", prog
     if graph.states:
         raise ModelError(f"--devices {devices}: a model with states (--state) runs on one device")
     shard = shard_graph(graph, devices)
-    check_batch_independent(graph, shard, devices)
+    from aotplan.core.model_json import graph_digest
+
+    key = (graph_digest(graph), devices)  # (its own digest: a caller's may name another graph)
+    if key not in _INDEPENDENT:  # (a model compiled again, in another launch mode: checked once)
+        check_batch_independent(graph, shard, devices)
+        _INDEPENDENT.add(key)
     res = methods.compile_methods([("", shard)], digest, options, progress=progress, on_start=on_start)
     mesh = mesh_for(res.plan, devices, parallel, graph.inputs[0].shape[0])
     return dataclasses.replace(res, plan=dataclasses.replace(res.plan, mesh=mesh))

@@ -19,7 +19,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from aotplan.core import dtypes, verify
+from aotplan.core import dtypes, model_json, verify
 from aotplan.core.errors import InternalError, ModelError
 from aotplan.core.plan import MESH_AXIS, PlanShard, PlanSharding
 from compiler import data_parallel, pipeline, tensor_parallel
@@ -29,6 +29,7 @@ from compiler.passes import emit
 # to the output's largest magnitude, still taken for float rounding (a split sum adds
 # in another order).
 SHARDED_RTOL = 1e-4
+_CHECKED = set()  # (cleaned graph's digest, devices, blocks) whose sharding this process has checked
 
 
 def check_same_outputs(graph, sharded, devices, options):
@@ -78,7 +79,10 @@ def compile_tensor_parallel(graph, digest, options, devices, progress=None, on_s
     # the sharded graph is cleaned up already: its passes would rewrite device 0's
     # part of a weight alone (CSE merging two parts equal on device 0, a layout change)
     every_pass = frozenset(pipeline.CLEANUP_PASSES)
-    check_same_outputs(cleaned, sharded, devices, dataclasses.replace(options, disabled=every_pass))
+    key = (model_json.graph_digest(cleaned), devices, options.collective_blocks)  # (the sharding's inputs)
+    if key not in _CHECKED:  # (a model compiled again, in another launch mode: checked once)
+        check_same_outputs(cleaned, sharded, devices, dataclasses.replace(options, disabled=every_pass))
+        _CHECKED.add(key)
     device_options = dataclasses.replace(options, disabled=every_pass, devices=devices, inline_bytes=0,
                                          split_groups=False, format_policy="default")
     res = methods.compile_methods([("", sharded.graph)], digest, device_options, progress=progress,
