@@ -146,7 +146,8 @@ class MeshSession:
 
     def run(self, feeds, device_outputs=False, method=None):
         """{input name: numpy array of the model's shape} -> {output name: array}: numpy,
-        or with `device_outputs=True` a list of each device's outputs (device arrays).
+        or with `device_outputs=True` device arrays: data parallel, a list of each
+        device's outputs (its slices); tensor parallel, device 0's outputs (whole).
         `method`: None or the plan's one method's name, as Session takes it."""
         if method is not None and method != self.plan.method:
             raise FeedError(f"method {method!r}: this plan has one method ({self.plan.method!r})")
