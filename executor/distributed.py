@@ -6,8 +6,9 @@ Every process runs the same command on the same inputs. The mesh's devices are t
 first `devices` of all the processes' devices (jax orders them by process); each
 process loads a Session for each of its own devices among them, and every collective
 is one program that all the processes run at once (on CPU, jax's gloo collectives;
-on GPUs, NCCL). Each process's step returns the outputs of its first device: a
-tensor-parallel plan's outputs are whole on every device. The coordinator (process
+on GPUs, NCCL). Each process's step returns the whole outputs: a tensor-parallel
+plan's first device's (whole on every device), a data-parallel plan's slices of all
+the devices, joined across the processes. The coordinator (process
 0) listens on HOST:PORT only; the others connect to it, within `timeout` seconds.
 
 A peer that dies mid-step ends the others too: jax aborts a process whose collective

@@ -64,7 +64,7 @@ class MeshSession:
     """`Session`'s interface for a plan for several devices: `run`, `input_specs`,
     `output_specs`, `memory`, `close`, a context manager. `sessions`: one Session per
     device of this process, in mesh order (several processes: executor/distributed.py;
-    tensor-parallel plans only). `devices`: as `mesh_devices` takes them; the other arguments
+    a data-parallel plan's outputs are then joined across the processes). `devices`: as `mesh_devices` takes them; the other arguments
     are each device's Session's."""
 
     def __init__(self, plan, devices=None, **session_args):
@@ -77,9 +77,7 @@ class MeshSession:
         self.devices = mesh_devices(self.mesh.devices, devices, self.mesh.parallel)
         self.tensor = self.mesh.parallel == "tensor"
         mine = distributed.local(self.devices)  # (several processes: each drives its own devices)
-        if len(mine) < len(self.devices) and not self.tensor:
-            raise PlanError(f"a data-parallel plan runs in one process: {len(self.devices) - len(mine)} of its "
-                            f"{len(self.devices)} devices belong to other processes")
+        self._mine = [self.devices.index(d) for d in mine]  # (their places in the mesh)
         if not mine:
             raise PlanError(f"none of the plan's {len(self.devices)} devices belongs to this process (process "
                             f"{jax.process_index()} of {jax.process_count()}): the first {len(self.devices)} "
@@ -95,7 +93,7 @@ class MeshSession:
                 self._pauses = frozenset(self._collectives.after)
             else:
                 one = dataclasses.replace(plan, mesh=None)
-                for d in self.devices:
+                for d in mine:
                     self.sessions.append(Session(one, device=d, **session_args))
         except BaseException:
             self.close()
@@ -170,14 +168,32 @@ class MeshSession:
             shape = want[t.name]
             if a.shape != shape:
                 raise FeedError(f"input {t.name!r}: expected {t.dtype}{list(shape)}, got {a.dtype}{list(a.shape)}")
-            for part, piece in zip(parts, np.split(a, self.mesh.devices, axis=axis)):
-                part[t.name] = piece
+            pieces = np.split(a, self.mesh.devices, axis=axis)
+            for part, k in zip(parts, self._mine):
+                part[t.name] = pieces[k]
         outs = [s.run(p, device_outputs=True) for s, p in zip(self.sessions, parts)]  # (all dispatched first)
         if device_outputs:
             return outs
         T = self.plan.tensors
+        if len(self.sessions) < len(self.devices):  # (several processes: each joins all the devices' slices)
+            return {name: dtypes.from_storage(self._joined(name, axis, [o[name] for o in outs]), T[i].dtype)
+                    for (name, axis), i in zip(self._outputs, self.plan.outputs)}
         return {name: np.concatenate([dtypes.from_storage(np.asarray(o[name]), T[i].dtype) for o in outs], axis=axis)
                 for (name, axis), i in zip(self._outputs, self.plan.outputs)}
+
+    def _joined(self, name, axis, slices):
+        """This process's slices of output `name` -> the whole output (numpy, storage
+        dtype), every process's slices joined by one program all the processes run."""
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        from aotplan.core.plan import MESH_AXIS
+
+        mesh = Mesh(np.array(self.devices), (MESH_AXIS,))
+        shape = dict((n, s) for n, _, s in self.output_specs)[name]
+        spec = PartitionSpec(*([None] * axis + [MESH_AXIS]))
+        whole = jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, spec), slices)
+        every = jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, PartitionSpec()))(whole)
+        return np.asarray(every.addressable_shards[0].data)
 
     def _tensor_step(self, feeds, device_outputs):
         """Every device's launches, the collectives between them (module docstring)."""

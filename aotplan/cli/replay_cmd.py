@@ -133,10 +133,11 @@ def pick_method(session, name, plan_path):
 @click.option("--method", metavar="NAME", help="Which of the plan's methods to run (a plan of several: "
                                                 "`aotplan inspect` lists them).")
 @click.option("--coordinator", metavar="HOST:PORT",
-              help="Run a tensor-parallel plan's mesh across several processes (hosts): every process runs this "
+              help="Run a plan for several devices across several processes (hosts): every process runs this "
                    "command with the same plan and inputs, its own --process-id and the same --num-processes; "
                    "process 0 listens on HOST:PORT (jax.distributed). The mesh is the first N devices of all the "
-                   "processes; each prints its own first device's outputs.")
+                   "processes; each prints the whole outputs (tensor parallel: its first device's; data parallel: "
+                   "every device's slices joined).")
 @click.option("--process-id", type=int, metavar="I", help="This process's rank, 0 to P-1 (with --coordinator).")
 @click.option("--num-processes", type=int, metavar="P", help="How many processes run the plan (with --coordinator).")
 @memory_option

@@ -62,3 +62,38 @@ def test_what_it_cannot_do_is_one_error(plan2, tmp_path, args, msg):
     devices = 2 if "--profile" in args else 1
     r = aotplan_cli(*[a.format(plan=plan2, tmp=tmp_path) for a in args], env=_env(devices))
     assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
+
+
+def test_two_processes_on_loopback_run_the_plan_and_each_gives_the_whole_outputs(plan2, tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from conftest import ROOT
+
+    one = str(tmp_path / "one.plan")
+    assert aotplan_cli("compile", MLP, "-o", one).returncode == 0
+    r = aotplan_cli("replay", one, "--random-inputs", "--steps", "1", "--output", str(tmp_path / "want.npz"),
+                    env=_env(1))
+    assert r.returncode == 0, r.stderr
+    with socket.socket() as s:  # (a free port: process 0 binds it on loopback)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in _env(1).items() if k != "XLA_FLAGS"}  # (one device each)
+    procs = [subprocess.Popen([sys.executable, "-m", "aotplan.cli", "replay", plan2, "--random-inputs", "--steps", "2",
+                               "--output", str(tmp_path / f"p{i}.npz"), "--coordinator", f"127.0.0.1:{port}",
+                               "--process-id", str(i), "--num-processes", "2"], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=240) for p in procs]  # (bounded: a lost peer must not hang the suite)
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and "on 2 devices (cpu:0, cpu:2048), data parallel" in out, out + err[-3000:]
+    with np.load(tmp_path / "want.npz") as w:
+        for i in range(2):
+            with np.load(tmp_path / f"p{i}.npz") as g:
+                np.testing.assert_allclose(g["probs"], w["probs"], rtol=1e-5, atol=1e-6)
