@@ -234,7 +234,9 @@ def campaign(seed_value, count, case_timeout=60.0, start=0):
                                   str(start), str(end - start)], stdout=subprocess.PIPE, stderr=errors, text=True,
                                  cwd=ROOT)
         lines = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(ln) for ln in child.stdout] + [lines.put(None)],
+        # (this child's queue and pipe bound now: a late-bound name would let a killed
+        # child's end-of-output reach the next child's queue, which then looks ended)
+        threading.Thread(target=lambda q=lines, out=child.stdout: [q.put(ln) for ln in out] + [q.put(None)],
                          daemon=True).start()
         current, mutator = None, ""
         while True:
@@ -254,8 +256,11 @@ def campaign(seed_value, count, case_timeout=60.0, start=0):
                 if current is not None:
                     yield (current, mutator, *_crash(child.returncode, errors))
                     start = current + 1
-                else:
-                    start = end if child.returncode == 0 else start + 1
+                elif child.returncode == 0:
+                    start = end
+                else:  # (reported, not skipped: the child died before its first case)
+                    yield (start, "", *_crash(child.returncode, errors))
+                    start += 1
                 break
             word, _, rest = line.rstrip("\n").partition(" ")
             if word == "case":
