@@ -161,19 +161,11 @@ def main():
             first = next(iter(sessions.values()))
             feeds = {name: np.random.default_rng(0).standard_normal(shape).astype(dt)
                      for name, dt, shape in first.input_specs}
-            times = {n: [] for n in sessions}
-            for s in sessions.values():
-                s.run(feeds)
-            for _ in range(args.rounds):
-                for n, s in sessions.items():
-                    for _ in range(args.steps):
-                        t0 = time.perf_counter()
-                        s.run(feeds)
-                        times[n].append(time.perf_counter() - t0)
-            base = np.median(times[counts[0]]) if counts[0] in times else None
+            median = _timed(sessions, feeds)
+            base = median.get(counts[0])
             for n, s in sessions.items():
-                m, ms = s.memory, np.median(times[n]) * 1e3
-                ratio = f" ({ms / (base * 1e3):.2f}x {counts[0]} device)" if base else ""
+                m, ms = s.memory, median[n]
+                ratio = f" ({ms / base:.2f}x {counts[0]} device)" if base else ""
                 print(f"{os.path.relpath(path, ROOT):36s} {n} device(s): {ms:9.3f} ms{ratio}; arena {m.arena_bytes:>10} "
                       f"pool {m.constant_pool_bytes:>10} inline {m.inline_constant_bytes:>9} workspace "
                       f"{m.max_workspace_bytes:>10}; collectives 0, bytes moved between devices 0", flush=True)

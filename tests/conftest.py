@@ -307,3 +307,58 @@ def native_kernel_plan(examples):
     graph, digest = model_json.load(os.path.join(EXAMPLES, "cnn", "model.json"))
     opts = pipeline.Options(embed_native=True, launch="kernel")
     return graph, pipeline.compile_graph(graph, digest, opts).plan
+
+
+def replay_on_loopback(plan, outputs, env, processes=2, timeout=240):
+    """`aotplan replay PLAN --random-inputs` in `processes` processes joined on a free
+    loopback port (jax.distributed), process i writing its outputs to `outputs[i]`
+    -> [(returncode, stdout, stderr)]. Bounded: a lost peer must not hang the suite."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # (a free port: process 0 binds it on loopback)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, "-m", "aotplan.cli", "replay", plan, "--random-inputs", "--steps", "2",
+                               "--output", str(outputs[i]), "--coordinator", f"127.0.0.1:{port}", "--process-id",
+                               str(i), "--num-processes", str(processes)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(processes)]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs)]
+
+
+# The start of a child script that runs on 4 forced host devices (XLA_FLAGS before jax
+# starts) and collects into `report["errors"]` what each `error(name, fn)` raised.
+FOUR_DEVICE_CHILD = r'''
+import json, os, sys
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+report = {"errors": {}}
+
+
+def error(name, fn):
+    try:
+        fn()
+        report["errors"][name] = None
+    except Exception as e:
+        report["errors"][name] = f"{type(e).__name__}: {e}"
+'''
+
+
+def child_report(script, *args, timeout=900):
+    """`python -c SCRIPT ARGS...` (no trust key or cache from this environment) -> the
+    JSON its last "REPORT " line prints; its output in the assertion if it printed none."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("AOTPLAN_TRUST_KEY", "AOTPLAN_CACHE_DIR")}
+    r = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                       timeout=timeout)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("REPORT ")]
+    assert r.returncode == 0 and lines, r.stdout[-3000:] + r.stderr[-6000:]
+    return json.loads(lines[-1][len("REPORT "):])

@@ -104,12 +104,7 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
     feeds = {**feeds, **initial_states(graph)}
     want = reference.evaluate(graph, feeds, opts)
     got = session.run(_own(feeds, session))
-    out_bad = False
-    for name, dtype, _ in session.output_specs:
-        ok, mabs, mrel, where, g, w = chk.compare(got[name], want[name], *chk.tolerance(dtype, rtol, atol))
-        click.echo(f"output {name}: {'ok' if ok else 'DIFFERS'} (max abs err {mabs:.3g}, max rel err {mrel:.3g})"
-                   + ("" if ok else f"; at index {list(where)} got {g:.6g}, expected {w:.6g}"))
-        out_bad |= not ok
+    out_bad = _outputs_differ(session, got, want, rtol, atol)
     cdiffs, n_consts = chk.check_constants(plan, graph, opts, rtol, atol)
     for d in cdiffs[:5]:
         click.echo(f"constant {d.tensor!r}: DIFFERS from the model's (max abs err {d.max_abs:.3g}; at index "
@@ -168,7 +163,6 @@ def _check_tensor_plan(plan, plan_path, graph, trusted, inputs, seed, rtol, atol
     """A tensor-parallel plan: each device holds parts, so no one device's tensors are
     the model's: its outputs, run on its devices, are compared with the model's."""
     import executor
-    from aotplan.cli import check_launches as chk
     from compiler import reference
 
     click.echo(f"{plan_path}: runs on {plan.mesh.devices} devices (tensor parallel): comparing its outputs, run on "
@@ -178,14 +172,21 @@ def _check_tensor_plan(plan, plan_path, graph, trusted, inputs, seed, rtol, atol
     feeds = session_feeds(session, inputs, True, seed)
     want = reference.evaluate(graph, feeds)
     got = session.run(feeds)
+    if _outputs_differ(session, got, want, rtol, atol):
+        click.get_current_context().exit(1)
+
+
+def _outputs_differ(session, got, want, rtol, atol):
+    """Print each output's comparison with the model's -> whether any differs."""
+    from aotplan.cli import check_launches as chk
+
     bad = False
     for name, dtype, _ in session.output_specs:
         ok, mabs, mrel, where, g, w = chk.compare(got[name], want[name], *chk.tolerance(dtype, rtol, atol))
         click.echo(f"output {name}: {'ok' if ok else 'DIFFERS'} (max abs err {mabs:.3g}, max rel err {mrel:.3g})"
                    + ("" if ok else f"; at index {list(where)} got {g:.6g}, expected {w:.6g}"))
         bad |= not ok
-    if bad:
-        click.get_current_context().exit(1)
+    return bad
 
 
 def initial_states(graph):

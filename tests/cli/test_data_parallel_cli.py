@@ -9,7 +9,7 @@ import os
 import jax
 import pytest
 
-from conftest import EXAMPLES, aotplan_cli
+from conftest import EXAMPLES, aotplan_cli, replay_on_loopback
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="forced host devices: a CPU host's test")
 
@@ -65,34 +65,16 @@ def test_what_it_cannot_do_is_one_error(plan2, tmp_path, args, msg):
 
 
 def test_two_processes_on_loopback_run_the_plan_and_each_gives_the_whole_outputs(plan2, tmp_path):
-    import socket
-    import subprocess
-    import sys
-
     import numpy as np
-
-    from conftest import ROOT
 
     one = str(tmp_path / "one.plan")
     assert aotplan_cli("compile", MLP, "-o", one).returncode == 0
     r = aotplan_cli("replay", one, "--random-inputs", "--steps", "1", "--output", str(tmp_path / "want.npz"),
                     env=_env(1))
     assert r.returncode == 0, r.stderr
-    with socket.socket() as s:  # (a free port: process 0 binds it on loopback)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {k: v for k, v in _env(1).items() if k != "XLA_FLAGS"}  # (one device each)
-    procs = [subprocess.Popen([sys.executable, "-m", "aotplan.cli", "replay", plan2, "--random-inputs", "--steps", "2",
-                               "--output", str(tmp_path / f"p{i}.npz"), "--coordinator", f"127.0.0.1:{port}",
-                               "--process-id", str(i), "--num-processes", "2"], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    try:
-        outs = [p.communicate(timeout=240) for p in procs]  # (bounded: a lost peer must not hang the suite)
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0 and "on 2 devices (cpu:0, cpu:2048), data parallel" in out, out + err[-3000:]
+    for rc, out, err in replay_on_loopback(plan2, [tmp_path / "p0.npz", tmp_path / "p1.npz"], env):
+        assert rc == 0 and "on 2 devices (cpu:0, cpu:2048), data parallel" in out, out + err[-3000:]
     with np.load(tmp_path / "want.npz") as w:
         for i in range(2):
             with np.load(tmp_path / f"p{i}.npz") as g:

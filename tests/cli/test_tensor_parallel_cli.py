@@ -5,16 +5,13 @@ printing the one-device plan's outputs; the wrong devices and run flags are each
 clear error."""
 
 import os
-import socket
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
 from aotplan.core.errors import PlanError
-from conftest import EXAMPLES, ROOT, aotplan_cli
+from conftest import EXAMPLES, aotplan_cli, replay_on_loopback
 from executor import distributed
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="host devices and gloo: a CPU host's test")
@@ -66,20 +63,8 @@ def test_replay_on_forced_host_devices_gives_the_one_device_outputs(plans):
 
 def test_two_processes_on_loopback_run_the_plan_and_each_gives_the_outputs(plans):
     _, two, want, d = plans
-    with socket.socket() as s:  # (a free port: process 0 binds it on loopback)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, "-m", "aotplan.cli", "replay", two, "--random-inputs", "--steps", "2",
-                               "--output", str(d / f"p{i}.npz"), "--coordinator", f"127.0.0.1:{port}",
-                               "--process-id", str(i), "--num-processes", "2"], cwd=ROOT, env=_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    try:
-        outs = [p.communicate(timeout=240) for p in procs]  # (bounded: a lost peer must not hang the suite)
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, out + err[-3000:]
+    for rc, out, err in replay_on_loopback(two, [d / "p0.npz", d / "p1.npz"], _env()):
+        assert rc == 0, out + err[-3000:]
         assert "on 2 devices (cpu:0, cpu:2048), tensor parallel" in out, out
     for i in range(2):
         _same(str(d / f"p{i}.npz"), want)

@@ -6,8 +6,6 @@ import glob
 import json
 import os
 import struct
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ import pytest
 import executor
 from aotplan.core import codec
 from aotplan.core.errors import PlanError
-from conftest import ROOT
+from conftest import ROOT, child_report
 
 GOLDEN = sorted(glob.glob(os.path.join(ROOT, "plans", "golden", "v*", "*.plan")))
 
@@ -86,11 +84,7 @@ def _mesh_replays():
     paths = [p for p in GOLDEN if codec.MIN_SUPPORTED_VERSION <= _version(p) <= codec.MAX_SUPPORTED_VERSION
              and codec.read(p).mesh is not None]
     devices = max(codec.read(p).mesh.devices for p in paths)
-    r = subprocess.run([sys.executable, "-c", _MESH_CHILD, json.dumps(paths), str(devices)], capture_output=True,
-                       text=True, cwd=ROOT, timeout=600)
-    lines = [line for line in r.stdout.splitlines() if line.startswith("REPORT ")]
-    assert r.returncode == 0 and lines, r.stdout[-3000:] + r.stderr[-6000:]
-    return json.loads(lines[-1][len("REPORT "):])
+    return child_report(_MESH_CHILD, json.dumps(paths), str(devices), timeout=600)
 
 
 def _steps(io_path):

@@ -9,34 +9,21 @@ devices (XLA_FLAGS before jax starts), so the work runs in one child process."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import jax
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, FOUR_DEVICE_CHILD, child_report
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="forced host devices: a CPU host's test")
 
-_CHILD = r"""
-import json, os, sys
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+_CHILD = FOUR_DEVICE_CHILD + r"""
 import numpy as np
 import compiler, executor
 from aotplan.core import codec
 
 models = json.loads(sys.argv[1])
-report = {"diff": {}, "devices": {}, "in_place": {}, "memory_same": {}, "errors": {}}
-
-
-def error(name, fn):
-    try:
-        fn()
-        report["errors"][name] = None
-    except Exception as e:
-        report["errors"][name] = f"{type(e).__name__}: {e}"
-
+report.update({"diff": {}, "devices": {}, "in_place": {}, "memory_same": {}})
 
 rng = np.random.default_rng(0)
 for name, path in models.items():
@@ -96,12 +83,7 @@ def report(tmp_path_factory):
     onnx.save(sq, str(d / "squeezenet2.onnx"))
     models = {"mlp": os.path.join(EXAMPLES, "mlp", "model.json"), "cnn": os.path.join(EXAMPLES, "cnn", "model.json"),
               "transformer4": str(d / "transformer4.json"), "squeezenet2": str(d / "squeezenet2.onnx")}
-    env = {k: v for k, v in os.environ.items() if k not in ("AOTPLAN_TRUST_KEY", "AOTPLAN_CACHE_DIR")}
-    r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(models)], capture_output=True, text=True, cwd=ROOT,
-                       env=env, timeout=900)
-    lines = [line for line in r.stdout.splitlines() if line.startswith("REPORT ")]
-    assert r.returncode == 0 and lines, r.stdout[-3000:] + r.stderr[-6000:]
-    return json.loads(lines[-1][len("REPORT "):])
+    return child_report(_CHILD, json.dumps(models))
 
 
 def test_every_example_and_launch_mode_matches_the_one_device_plan(report):

@@ -8,34 +8,22 @@ devices (XLA_FLAGS before jax starts), so the work runs in one child process."""
 
 import json
 import os
-import subprocess
 import sys
 
 import jax
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, FOUR_DEVICE_CHILD, ROOT, child_report
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="forced host devices: a CPU host's test")
 
-_CHILD = r"""
-import json, os, sys
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+_CHILD = FOUR_DEVICE_CHILD + r"""
 import numpy as np
 import compiler, executor
 from aotplan.core import codec
 
 models = json.loads(sys.argv[1])
-report = {"diff": {}, "in_place": {}, "pool": {}, "collectives": {}, "errors": {}}
-
-
-def error(name, fn):
-    try:
-        fn()
-        report["errors"][name] = None
-    except Exception as e:
-        report["errors"][name] = f"{type(e).__name__}: {e}"
-
+report.update({"diff": {}, "in_place": {}, "pool": {}, "collectives": {}})
 
 rng = np.random.default_rng(0)
 for name, path in models.items():
@@ -92,12 +80,7 @@ def report(tmp_path_factory):
     models = {"mlp": os.path.join(EXAMPLES, "mlp", "model.json"),
               "transformer": os.path.join(EXAMPLES, "transformer", "model.json"), "bert": str(d / "bert" / "model.json"),
               "heads": str(d / "heads" / "model.json")}
-    env = {k: v for k, v in os.environ.items() if k not in ("AOTPLAN_TRUST_KEY", "AOTPLAN_CACHE_DIR")}
-    r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(models)], capture_output=True, text=True, cwd=ROOT,
-                       env=env, timeout=900)
-    lines = [line for line in r.stdout.splitlines() if line.startswith("REPORT ")]
-    assert r.returncode == 0 and lines, r.stdout[-3000:] + r.stderr[-6000:]
-    return json.loads(lines[-1][len("REPORT "):])
+    return child_report(_CHILD, json.dumps(models))
 
 
 def test_every_model_mode_and_device_count_matches_the_one_device_plan(report):
