@@ -27,6 +27,7 @@ class Result:
     n_nodes: int
     formats: object  # the first method's pipeline.FormatStats
     shared_bytes: int  # constant bytes the file holds once though several methods read them
+    collectives: tuple = (0, 0)  # a tensor-parallel sink plan's (pipeline.Result.collectives)
 
 
 def compile_methods(methods, digest, options=pipeline.Options(), progress=None, on_start=None):
@@ -73,7 +74,7 @@ def compile_methods(methods, digest, options=pipeline.Options(), progress=None, 
 
 
 def _one(res, t0):
-    return Result(res.plan, time.perf_counter() - t0, res.n_nodes, res.formats, 0)
+    return Result(res.plan, time.perf_counter() - t0, res.n_nodes, res.formats, 0, res.collectives)
 
 
 def _check_states(methods):

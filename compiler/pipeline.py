@@ -137,6 +137,9 @@ class Result:
     seconds: float
     n_nodes: int
     formats: FormatStats = None
+    # a tensor-parallel sink plan's collectives per step: (named in its program, run by
+    # its compiled HLO on the build host, after XLA combined some)
+    collectives: tuple = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -284,7 +287,8 @@ def plan_front(fr, options=Options(), cuts=frozenset()):
     # raise the peak: "auto" also plans without it and keeps the lower peak (placement
     # on ties: it also saves the concat's launch and copy)
     part_choices = (all_parts, {}) if all_parts and options.placement == "auto" else (all_parts,)
-    feeds_first = False if options.devices > 1 else None  # (a tensor-parallel plan has an input kernel)
+    # (a tensor-parallel plan has an input kernel, but for a sink plan's one program)
+    feeds_first = False if options.devices > 1 and options.launch != "sink" else None
 
     sizes = {t: formats.nbytes(i.shape, i.dtype, fmts[t]) for t, i in info.items()}
 
@@ -391,7 +395,9 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     output_names, n_nodes = graph.returned, len(graph.nodes)
     fr = front(graph, options)
     p = plan_front(fr, options)
-    if options.devices > 1:  # (a tensor-parallel plan: several tensors one all-reduce sums, in one block)
+    # a tensor-parallel sink plan's one program holds its collectives (XLA combines them)
+    sink = options.launch == "sink"
+    if options.devices > 1 and not sink:  # (a tensor-parallel plan: several tensors one all-reduce sums, in one block)
         p = collectives.place_blocks(p)
     if arena_bytes is not None:
         if arena_bytes < p.mem.arena_bytes:
@@ -414,7 +420,8 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
         return lower.run(p.groups, p.labels, p.live, p.mem, p.graph.returned, options.launch, options.reuse, native_for,
                          progress, options.targets, p.info, p.layout.formats, options.conv_bands, only=only,
                          band_floor=band_floor, jobs=options.jobs or None, inline=inline,
-                         state=(p.state_offsets, p.state_bytes), separate_io=options.devices > 1)
+                         state=(p.state_offsets, p.state_bytes), separate_io=options.devices > 1 and not sink,
+                         devices=options.devices if sink else 1)
 
     lowered = lowered_for(p, progress)
     if options.launch == "fused" and options.split_groups and arena_bytes is None:
@@ -430,7 +437,8 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
                                                        (-1,) * len(plan.outputs), collectives=colls))
     else:  # (a tensor-parallel plan is verified once its mesh is whole: compiler/tensor_parallel_plan.py)
         verify.verify(plan)
-    return Result(plan, time.perf_counter() - t0, n_nodes, format_stats(p, lowered))
+    return Result(plan, time.perf_counter() - t0, n_nodes, format_stats(p, lowered),
+                  tuple(sum(k.collectives[j] for k in lowered.kernels) for j in range(2)))
 
 
 def format_stats(p, lowered):

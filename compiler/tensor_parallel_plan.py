@@ -10,8 +10,11 @@ split weights and activations need. The plan takes its feeds through an input ke
 and gives its outputs through an output kernel (a collective may be the step's last
 work), and compiles no small weight into a kernel (`inline_bytes` 0: a kernel is the
 same on every device, a split weight is not); its activations stay in the default
-storage format (a collective moves default-format tensors). A sink plan (one kernel) cannot hold a
-collective between launches: tensor parallel compiles fused or kernel plans.
+storage format (a collective moves default-format tensors).
+
+A sink plan (`--launch sink`) is one kernel that holds the collectives: one program
+over the mesh (compiler/spmd_export.py), in which XLA may combine the all-reduces of
+one point; exporting it takes `devices` devices of the build host's platform.
 """
 
 import dataclasses
@@ -67,9 +70,13 @@ def compile_tensor_parallel(graph, digest, options, devices, progress=None, on_s
         raise ModelError(f"--devices {devices} --parallel tensor: tensor parallel needs at least 2 devices")
     if graph.states:
         raise ModelError(f"--devices {devices}: a model with states (--state) runs on one device")
-    if options.launch == "sink":
-        raise ModelError(f"--devices {devices} --parallel tensor: a sink plan is one kernel, and a tensor-parallel "
-                         f"plan's collectives run between kernels: use --launch fused (or kernel)")
+    if options.launch == "sink" and options.embed_native:
+        raise ModelError(f"--devices {devices} --parallel tensor --launch sink: the plan's one program spans the "
+                         f"devices, and an executable for one device cannot be embedded for it: leave out "
+                         f"--embed-executables")
+    if options.launch == "sink" and options.weights != "pool":
+        raise ModelError(f"--devices {devices} --parallel tensor --launch sink: the program takes each device's "
+                         f"part of the split weights from its pool: leave out --weights {options.weights}")
     if options.format_policy not in ("auto", "default"):
         raise ModelError(f"--devices {devices} --parallel tensor: activations stay in the default storage format "
                          f"(a collective moves default-format tensors): leave out --formats {options.format_policy}")

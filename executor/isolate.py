@@ -125,7 +125,7 @@ def _child():
         req = json.loads(stdin.readline())
         import executor
         from aotplan.core import codec
-        from aotplan.core import kernels
+        from aotplan.core import kernels, spmd
         from aotplan.core.codec import files
 
         t0 = time.perf_counter()
@@ -141,14 +141,22 @@ def _child():
         tensor = plan.mesh is not None and plan.mesh.parallel == "tensor"
         if plan.mesh is not None and not tensor:
             plan = dataclasses.replace(plan, mesh=None)
-        session = executor.Session(plan, warmup=True, mesh_device=0 if tensor else None, trusted=trusted or req["trust_executables"],
-                                   progress=lambda what: say(_STAGE + what), jobs=1,  # a crash names its kernel
-                                   max_memory=req["max_memory"],
-                                   reader_guard=False)  # (this child is the guard: a crash here is reported)
+        args = dict(warmup=True, trusted=trusted or req["trust_executables"],
+                    progress=lambda what: say(_STAGE + what), jobs=1,  # a crash names its kernel
+                    max_memory=req["max_memory"], reader_guard=False)  # (this child is the guard: a crash is reported)
+        if spmd.is_spmd(plan):  # one program over the mesh: run on its devices (on CPU, host devices)
+            flags = os.environ.get("XLA_FLAGS", "")
+            if "xla_force_host_platform_device_count" not in flags:
+                os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={plan.mesh.devices}".strip()
+            from executor.mesh_session import open_mesh
+
+            session = open_mesh(plan, **args)
+        else:
+            session = executor.Session(plan, mesh_device=0 if tensor else None, **args)
         say(_STAGE + "giving the native kernels jax's call path")
         session.wait_ready()
         every = list(session.methods.values())  # (a plan of several methods: each one's warm-up step ran)
-        report = dict(kernels=sum(len(m._kernels) for m in every), kernel_source=session.kernel_source,
+        report = dict(kernels=sum(len(m.plan.kernels) for m in every), kernel_source=session.kernel_source,
                       launches=sum(len(m.plan.launches) for m in every), load_seconds=time.perf_counter() - t0,
                       trusted=bool(trusted), paths_note=kernels.paths_note(session.kernel_paths))
         say(_RESULT + json.dumps({"report": report}))

@@ -6,7 +6,7 @@ import concurrent.futures
 import dataclasses
 import logging
 
-from aotplan.core import dtypes, formats, kernel_program, kernels, native, xla_options
+from aotplan.core import dtypes, formats, kernel_program, kernels, native, spmd, xla_options
 from aotplan.core.errors import PlanError
 from aotplan.core.kernels import check_signature, compile_kernel, load_kernel, lower_kernel
 
@@ -71,12 +71,28 @@ class LoadedKernels:
     feed_avals: list  # the avals of the inputs, as the kernel that takes the feeds declares them
 
 
-def load_kernels(plan, wants, device, source, jobs, progress, guard=None):
+def over_mesh(plan, wants, mesh):
+    """A tensor-parallel sink plan's one kernel (aotplan/core/spmd.py): `wants`' one
+    device's types -> {kernel: (role, the program's types, its results' types, each
+    argument's role)} over `mesh`."""
+    n = mesh.devices.size
+    spread = {}
+    for ki, (role, takes, returns) in wants.items():
+        n_pool = len(plan.kernel_args(plan.launches[0])[0])
+        roles = [spmd.ARENA] + [spmd.PARTS] * n_pool + [spmd.WHOLE] * (len(takes) - 1 - n_pool)
+        glob = lambda sig, rs: [(spmd.global_shape(s, r, n), d) for (s, d), r in zip(sig, rs)]  # noqa: E731
+        spread[ki] = (role, glob(takes, roles), glob(returns, [spmd.ARENA] + [spmd.WHOLE] * (len(returns) - 1)),
+                      roles, takes)
+    return spread
+
+
+def load_kernels(plan, wants, device, source, jobs, progress, guard=None, mesh=None):
     """Every kernel of `wants` (`kernel_roles`) loaded for `device`: its exported program
     read and its signature checked against the plan, then its native executable
     (`source` "native") or its StableHLO, checked (`kernel_program`), compiled. `jobs`: compiles at once (None: one
     per CPU, `xla_options.default_jobs`). `guard`: a `reader_guard.ReaderGuard` that reads
-    each module first (an untrusted plan's), or None."""
+    each module first (an untrusted plan's), or None. `mesh`: a tensor-parallel sink
+    plan's (aotplan/core/spmd.py): its one kernel is compiled as one program over it."""
     platform = kernels.export_platform(device.platform)
     n_inputs = len(plan.inputs)
     loaded = LoadedKernels({}, {}, [], [])
@@ -91,12 +107,18 @@ def load_kernels(plan, wants, device, source, jobs, progress, guard=None):
     pool = concurrent.futures.ThreadPoolExecutor(jobs, "aotplan-xla") if jobs > 1 else None
     compiling = {}
     value_limit = kernel_program.value_bytes_limit(plan)
+    spread = over_mesh(plan, wants, mesh) if mesh is not None else {}
+    if mesh is not None:
+        value_limit *= mesh.devices.size  # (its values are every device's at once)
     exps = {ki: load_kernel(plan.kernels[ki]) for ki in sorted(wants)}
     if guard is not None:  # (read there first, ahead of this thread: `reader_guard`)
         guard.submit([(plan.kernels[ki].name, exps[ki].mlir_module_serialized) for ki in sorted(wants)
                       if ki not in loading])
     try:
         for ki, (role, takes, returns) in sorted(wants.items()):
+            roles = local = None
+            if ki in spread:
+                role, takes, returns, roles, local = spread[ki]
             k = plan.kernels[ki]
             progress(f"loading kernel {k.name!r}")
             exp = exps[ki]
@@ -127,8 +149,10 @@ def load_kernels(plan, wants, device, source, jobs, progress, guard=None):
             if guard is not None:
                 guard.screen(k.name)
             module = kernels.read_module(k.name, exp, plan.provenance.jax_version)
-            kernel_program.check(k.name, module, exp, takes, returns, donate, value_limit)
-            lowered = lower_kernel(k.name, exp, donate, platform, device, plan.provenance.jax_version, module)
+            splits = None if roles is None else (mesh.devices.size, [r != spmd.WHOLE for r in roles])
+            kernel_program.check(k.name, module, exp, takes, returns, donate, value_limit, splits)
+            avals = None if roles is None else spmd.avals(local, roles, mesh)
+            lowered = lower_kernel(k.name, exp, donate, platform, device, plan.provenance.jax_version, module, avals)
             if pool:
                 compiling[ki] = pool.submit(compile_kernel, k.name, lowered, platform)
             else:

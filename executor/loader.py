@@ -6,7 +6,7 @@ import os
 from aotplan.core import codec
 from executor import arguments, memory_limits, process
 from executor import reader_guard as reader_guards
-from executor.mesh_session import MeshSession
+from executor.mesh_session import open_mesh
 from executor.session import Session
 
 _BYTES = (bytes, bytearray, memoryview)
@@ -25,7 +25,7 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
         and the arena, the constants and the outputs live on it; see
         `executor.arguments.resolve_device`. A plan for several devices (data parallel,
         `aotplan compile --devices N`) runs on N devices from this one on, as a
-        `MeshSession`.
+        `MeshSession` (a tensor-parallel sink plan: an `SpmdSession`).
     trust_key: the key's bytes (at least 16), or the path of a key file (str or
         os.PathLike, read as `--trust-key` reads it); default: the key file named by
         AOTPLAN_TRUST_KEY, if set: an Ed25519 public key (PEM, `aotplan keygen`), or
@@ -62,5 +62,5 @@ def load(path, device=None, warmup=True, trust_key=None, require_signature=False
     args = dict(warmup=warmup, trusted=trusted or trust_executables, progress=progress, jobs=jobs,
                 max_memory=max_memory, reader_guard=reader_guard)
     if plan.mesh is not None:  # (a plan for several devices: from `device`'s platform, `device` first)
-        return MeshSession(plan, devices=device, **args)
+        return open_mesh(plan, devices=device, **args)
     return Session(plan, device=device, **args)

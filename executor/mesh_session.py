@@ -21,7 +21,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from aotplan.core import dtypes, verify
+from aotplan.core import dtypes, spmd, verify
 from aotplan.core.errors import FeedError, InternalError, PlanError
 from aotplan.core.plan import Plan
 from executor.arguments import resolve_device, short
@@ -60,6 +60,17 @@ def mesh_devices(n, devices=None, parallel="data"):
     return devices
 
 
+def open_mesh(plan, devices=None, **session_args):
+    """A plan for several devices -> its session: a `MeshSession`, or for a
+    tensor-parallel sink plan (one program over the mesh) an `SpmdSession`."""
+    if isinstance(plan, Plan) and spmd.is_spmd(plan):
+        from executor.spmd_session import SpmdSession
+
+        verify.verify(plan)
+        return SpmdSession(plan, mesh_devices(plan.mesh.devices, devices, "tensor"), **session_args)
+    return MeshSession(plan, devices, **session_args)
+
+
 class MeshSession:
     """`Session`'s interface for a plan for several devices: `run`, `input_specs`,
     `output_specs`, `memory`, `close`, a context manager. `sessions`: one Session per
@@ -73,6 +84,9 @@ class MeshSession:
         verify.verify(plan)
         if plan.mesh is None:
             raise PlanError("MeshSession: the plan runs on one device (no mesh): executor.load opens it as a Session")
+        if spmd.is_spmd(plan):
+            raise PlanError("MeshSession: the plan is one program over its devices (tensor parallel, sink): "
+                            "executor.load opens it (an SpmdSession)")
         self.plan, self.mesh = plan, plan.mesh
         self.devices = mesh_devices(self.mesh.devices, devices, self.mesh.parallel)
         self.tensor = self.mesh.parallel == "tensor"

@@ -93,7 +93,7 @@ def check_alloc(session, feeds, steps=100, warm=5, rss_slack=8 << 20):
         jax.block_until_ready(session.run(feeds))
     # (a plan for several devices: each device's arena and memory are checked, the
     # device most used reported)
-    devices = [s.device for s in getattr(session, "sessions", [session])]
+    devices = getattr(session, "local_devices", None) or [s.device for s in getattr(session, "sessions", [session])]
     stats0 = max((_mem_stats(d) for d in devices), key=lambda st: st.get("peak_bytes_in_use", -1))
     peak0 = int(stats0.get("peak_bytes_in_use", -1)) if stats0 else -1
     rss0 = _rss_bytes()

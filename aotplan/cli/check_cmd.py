@@ -168,7 +168,9 @@ def _check_tensor_plan(plan, plan_path, graph, trusted, inputs, seed, rtol, atol
     click.echo(f"{plan_path}: runs on {plan.mesh.devices} devices (tensor parallel): comparing its outputs, run on "
                f"{plan.mesh.devices} devices of this host, with the model's (each device holds parts of the "
                f"tensors, so none is compared launch by launch)")
-    session = executor.MeshSession(plan, trusted=trusted)
+    from executor.mesh_session import open_mesh
+
+    session = open_mesh(plan, trusted=trusted)
     feeds = session_feeds(session, inputs, True, seed)
     want = reference.evaluate(graph, feeds)
     got = session.run(feeds)

@@ -1,6 +1,7 @@
 """`aotplan compile`: model -> plan file, and the summary of what the compiler decided.
 """
 
+import os
 import re
 import sys
 
@@ -159,6 +160,8 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         raise click.UsageError("--parallel tensor splits the weights across devices: give --devices N (N >= 2)")
     if launch is None:
         launch = "fused" if parallel == "tensor" and devices > 1 else "sink"
+    if devices > 1 and parallel == "tensor" and launch == "sink":
+        _host_devices_for_export(devices)
     if devices > 1 and (method_specs or profiles or states):
         raise click.UsageError(f"--devices {devices}: a plan for several devices holds one method and no states "
                                f"(leave out {'--method' if method_specs else '--profile' if profiles else '--state'})")
@@ -289,7 +292,14 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
         click.echo(f"  states: {plural(len(plan.states), 'tensor')} kept on the device across steps "
                    f"({', '.join(st.name for st in plan.states)}), a buffer of {fmt_bytes(m.state_bytes)} beside "
                    f"the arena")
-    if plan.mesh is not None and plan.mesh.parallel == "tensor":
+    if plan.mesh is not None and plan.mesh.parallel == "tensor" and plan.launch_mode == "sink":
+        split = sum(1 for sh in plan.mesh.shardings if plan.tensors[sh.tensor].kind == "constant")
+        named, compiled = res.collectives
+        click.echo(f"  devices: {plan.mesh.devices} (tensor parallel): each holds its part of "
+                   f"{plural(split, 'split weight')} and takes the whole inputs; one program over the devices holds "
+                   f"the step's collectives: {named} in the program, {compiled} per step in the HLO XLA compiled on "
+                   f"this host (XLA combines collectives of one point) (the figures here are one device's)")
+    elif plan.mesh is not None and plan.mesh.parallel == "tensor":
         mesh = plan.mesh
         split = sum(1 for sh in mesh.shardings if plan.tensors[sh.tensor].kind == "constant")
         ops_ = {op: sum(1 for c in mesh.collectives if c.op == op) for op in ("all_reduce", "all_gather")}
@@ -305,6 +315,16 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                    f"(the figures here are one device's); no collective")
     click.echo(f"  device memory per step: {fmt_bytes(m.step_device_bytes)}"
                + (" per device" if plan.mesh is not None else "") + f"; compile time {res.seconds:.2f} s")
+
+
+def _host_devices_for_export(devices):
+    """A tensor-parallel sink plan's one program is exported over `devices` devices of
+    this host's platform (compiler/spmd_export.py): on a CPU host, XLA gives that many
+    where XLA_FLAGS asks before jax's backends start (it has no effect on other
+    platforms' devices). A flag the user set is kept."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
 
 
 def _ignored_options(launch, weights, given):

@@ -217,7 +217,9 @@ def replay(plan_path, inputs, random_inputs, seed, steps, out_path, check_alloc,
     if mesh is not None and mesh.parallel == "tensor":
         say(f"  on {mesh.devices} devices ({', '.join(str(d) for d in session.devices)}), tensor parallel: each "
             f"holds the memory above, its part of the split weights and an arena of its own; a step gives every "
-            f"device the whole inputs and runs {plural(len(mesh.collectives), 'collective')} between the launches")
+            f"device the whole inputs and "
+            + ("runs one program over the devices, its collectives inside" if plan.launch_mode == "sink" else
+               f"runs {plural(len(mesh.collectives), 'collective')} between the launches"))
     elif mesh is not None:
         say(f"  on {mesh.devices} devices ({', '.join(str(d) for d in session.devices)}), {mesh.parallel} parallel: "
             f"each holds the memory above, the weights and an arena of its own; a step splits every input's "

@@ -26,6 +26,7 @@ are not checked here: they are used only from signed plans (or with
 `trust_executables`).
 """
 
+from aotplan.core import kernel_program_mesh as over_mesh
 from aotplan.core.errors import PlanError
 
 # Every operation aotplan's lowerings produce (the op library through jax.lax, on
@@ -81,40 +82,50 @@ def tensor_type(shape, dtype):
     return "tensor<" + "".join(f"{d}x" for d in shape) + ELEMENT_TYPES[dtype] + ">"
 
 
-def check(name, module, exp, takes, returns, donate, value_limit):
+def check(name, module, exp, takes, returns, donate, value_limit, mesh=None):
     """Refuse (PlanError naming the kernel and what is wrong) a kernel whose program
     is not one aotplan emits for its role. `takes`/`returns`: the (shape, storage
     dtype) lists the plan implies (`kernel_roles`); `donate`: how many leading
     arguments come back aliased to the same results (1: the arena; 2: the arena and
-    the state buffer; 0: none); `value_limit`: `value_bytes_limit(plan)`."""
+    the state buffer; 0: none); `value_limit`: `value_bytes_limit(plan)`. `mesh`:
+    (devices, [whether argument i is split over them]) for a program over a plan's
+    mesh (aotplan/core/kernel_program_mesh.py), whose `takes` are its global types."""
     from jax.extend.mlir import ir
 
     with module.context:
         try:
-            _check(name, module, exp, takes, returns, donate, value_limit, ir)
+            _check(name, module, exp, takes, returns, donate, value_limit, mesh, ir)
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:  # an attribute missing or of
             # another kind; RuntimeError: the bindings cannot convert a string that is not UTF-8
             raise PlanError(f"kernel {name!r}: its program does not check ({type(e).__name__}: "
                             f"{first_line(e)})") from None
 
 
-def _check(name, module, exp, takes, returns, donate, value_limit, ir):
+def _check(name, module, exp, takes, returns, donate, value_limit, mesh, ir):
     try:
         valid = module.operation.verify()
     except Exception as e:
         raise PlanError(f"kernel {name!r}: its StableHLO is malformed ({first_line(e)})") from None
     if not valid:
         raise PlanError(f"kernel {name!r}: its StableHLO is malformed")
-    _check_module_attributes(name, module, ir)
-    funcs = _functions(name, module, ir)
+    meshes = None
+    if mesh is None:
+        _check_module_attributes(name, module, ir)
+    else:
+        meshes = over_mesh.check_module(name, module, mesh[0], ir)
+    funcs = _functions(name, module, ir, mesh is not None)
     main = funcs.get("main")
     if main is None:
         raise PlanError(f"kernel {name!r}: its program has no main function")
-    _check_main(name, main, exp, takes, returns, donate, ir)
+    _check_main(name, main, exp, takes, returns, donate, ir, mesh is not None)
+    if mesh is not None:
+        over_mesh.check_main_shardings(name, main, sorted(exp.module_kept_var_idx), mesh[1],
+                                       [len(s) for s, _ in takes], meshes, ir)
+        over_mesh.check_body(name, main, ir)
     calls, totals = {}, _Totals(name)
     for fname, func in funcs.items():
         calls[fname] = set()
-        _walk(name, func, funcs, calls[fname], totals, value_limit, ir)
+        _walk(name, func, funcs, calls[fname], totals, value_limit, ir, meshes, mesh[0] if mesh else 1)
     _check_no_recursion(name, calls)
     totals.check(calls)
 
@@ -134,9 +145,11 @@ def _check_module_attributes(name, module, ir):
                             f"{ir.IntegerAttr(attrs[key]).value}); a plan's kernels run on one")
 
 
-def _functions(name, module, ir):
+def _functions(name, module, ir, over_devices=False):
     funcs = {}
     for op in module.body.operations:
+        if over_devices and op.operation.name == "sdy.mesh":  # (over_mesh.check_module checked them)
+            continue
         if op.operation.name != "func.func":
             raise PlanError(f"kernel {name!r}: its program holds a top-level {op.operation.name!r}, not a function")
         fname = ir.StringAttr(op.attributes["sym_name"]).value
@@ -146,7 +159,7 @@ def _functions(name, module, ir):
     return funcs
 
 
-def _check_main(name, main, exp, takes, returns, donate, ir):
+def _check_main(name, main, exp, takes, returns, donate, ir, over_devices=False):
     ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
     args, results = [str(t) for t in ftype.inputs], [str(t) for t in ftype.results]
     arg_attrs = ([ir.DictAttr(a) for a in ir.ArrayAttr(main.attributes["arg_attrs"])]
@@ -175,6 +188,10 @@ def _check_main(name, main, exp, takes, returns, donate, ir):
     for i, attrs in zip(kept, arg_attrs):
         aliased = attrs is not None and "tf.aliasing_output" in attrs
         target = ir.IntegerAttr(attrs["tf.aliasing_output"]).value if aliased else None
+        if over_devices and not aliased and attrs is not None and "jax.buffer_donor" in attrs:
+            # (a program over several devices marks a donated argument so: XLA aliases
+            # it to the result of its type, the arena's first)
+            aliased, target = True, i
         if (i < donate) != aliased or (aliased and target != i):
             want = ("the arena and the state buffer, aliased to the first two results" if donate == 2 else
                     "the arena, aliased to the first result" if donate else "nothing aliased")
@@ -219,27 +236,42 @@ class _Totals:
             of(f)
 
 
-def _walk(name, func, funcs, calls, totals, value_limit, ir):
+_FLOW = ("stablehlo.while", "stablehlo.if", "stablehlo.case")
+
+
+def _walk(name, func, funcs, calls, totals, value_limit, ir, meshes=None, devices=1):
+    """`meshes`: the mesh names of a program over `devices` devices (None: one device's)."""
     fname = ir.StringAttr(func.attributes["sym_name"]).value
     if fname != "main" and "sym_visibility" in func.attributes \
             and ir.StringAttr(func.attributes["sym_visibility"]).value != "private":
         raise PlanError(f"kernel {name!r}: its program's function {fname!r} is public; only main may be")
+    allowed = OPERATIONS if meshes is None else OPERATIONS | over_mesh.OPERATIONS
 
-    def visit(op, trips):
+    # where an operation is: "main" (main's body), "manual" (directly in its manual
+    # computation) or somewhere a collective may not be (a loop or branch, a function)
+    def visit(op, trips, where):
+        kind = op.operation.name
+        inner_where = ("manual" if kind == over_mesh.MANUAL else
+                       "in a loop or branch" if kind in _FLOW else where)
         for region in op.regions:
             for block in region.blocks:
                 for inner in block.operations:
-                    one(inner, trips)
+                    one(inner, trips, inner_where)
 
-    def one(op, trips):
+    def one(op, trips, where):
         kind = op.operation.name
         totals.ops[fname] = totals.ops.get(fname, 0) + 1
+        if kind in over_mesh.COLLECTIVES and meshes is not None:
+            over_mesh.check_collective(name, fname, op, meshes, devices, where, ir)
+        if kind == over_mesh.MANUAL and where != "main":
+            raise PlanError(f"kernel {name!r}: its program holds a manual computation {where} (function "
+                            f"{fname!r}); only main's body is one")
         if kind == "stablehlo.custom_call":
             target = ir.StringAttr(op.attributes["call_target_name"]).value
             if target not in CUSTOM_CALLS:
                 raise PlanError(f"kernel {name!r}: its program holds a custom call to {target!r} (function "
                                 f"{fname!r}), which aotplan's compiler never emits")
-        elif kind not in OPERATIONS:
+        elif kind not in allowed:
             raise PlanError(f"kernel {name!r}: its program holds {kind!r} (function {fname!r}), which aotplan's "
                             f"compiler never emits")
         for result in op.results:
@@ -259,11 +291,11 @@ def _walk(name, func, funcs, calls, totals, value_limit, ir):
         if kind == "stablehlo.while":
             n = _while_trips(name, fname, op, ir)
             totals.own[fname] = totals.own.get(fname, 0) + trips * n
-            visit(op, trips * n)
+            visit(op, trips * n, where)
             return
-        visit(op, trips)
+        visit(op, trips, where)
 
-    visit(func, 1)
+    visit(func, 1, "main" if fname == "main" else "in a called function")
 
 
 def _check_value(name, fname, kind, vtype, value_limit, ir):

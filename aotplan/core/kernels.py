@@ -257,7 +257,7 @@ def _for_platform(module, index, ir):
     return module
 
 
-def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None, module=None):
+def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None, module=None, avals=None):
     """-> the kernel lowered for `device` (default: the first device), ready for XLA
     (`compile_kernel`; Python work, done one at a time): a `Direct` where the program
     is plain, else `jit(exp.call)` lowered. `module`: the program, where the caller has
@@ -265,11 +265,13 @@ def lower_kernel(name, exp, donate, platform, device=None, plan_jax=None, module
     `plan_jax`: the jax version the plan was compiled with, named where this jax cannot
     read the kernel's StableHLO (MLIR prints its reason on stderr first: collecting
     MLIR's diagnostics needs a handler on an MLIR context, which crashed jax 0.11.2 on
-    such a program)."""
+    such a program). `avals`: the argument types, each with its sharding, of a program
+    over several devices (aotplan/core/spmd.py), in place of `device`'s."""
     if platform not in exp.platforms:
         raise PlanError(f"kernel {name!r} was exported for {', '.join(exp.platforms)}; this host runs {platform}: "
                         f"recompile the model for this platform")
-    avals = exp.in_avals if device is None else device_avals(exp, device)
+    if avals is None:
+        avals = exp.in_avals if device is None else device_avals(exp, device)
 
     def lower_call():
         try:

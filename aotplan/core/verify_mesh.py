@@ -49,6 +49,13 @@ def check(plan):
     if plan.states or plan.methods or plan.method:
         _fail("a plan for several devices (mesh) has no states and no methods")
     tensor = mesh.parallel == "tensor"
+    if tensor and plan.launch_mode == "sink":  # (one program over the mesh: aotplan/core/spmd.py)
+        if mesh.collectives:
+            _fail(f"mesh.collectives: a tensor-parallel sink plan's collectives are in its one program, yet it "
+                  f"lists {len(mesh.collectives)} between launches")
+        if len(plan.launches) != 1 or plan.input_kernel >= 0 or plan.output_kernel >= 0 or plan.place_kernel >= 0:
+            _fail("a tensor-parallel sink plan is one launch that takes the feeds and returns the outputs, with no "
+                  "input, output or place kernel")
     for field, listed, axes in (("input_axes", plan.inputs, mesh.input_axes),
                                 ("output_axes", plan.outputs, mesh.output_axes)):
         if len(axes) != len(listed):

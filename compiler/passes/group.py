@@ -84,9 +84,7 @@ def run(order, mode, info=None, min_flops=MIN_GROUP_FLOPS, sizes=None, lookahead
     fused group, whatever the rules above say: see split_point)."""
     if mode == "kernel":
         return tuple((n,) for n in order)
-    if mode == "sink" and any(ops.get(n.op).collective for n in order):
-        raise ValueError("a sink plan holds no collective")  # (compiler/tensor_parallel refuses sink first)
-    if mode == "sink":
+    if mode == "sink":  # (a tensor-parallel sink plan's collectives too: compiler/spmd_export.py)
         return (tuple(order),) if order else ()
     if mode != "fused":
         raise ValueError(mode)

@@ -30,9 +30,9 @@ from jax._src import config as jax_config
 
 from aotplan.core import dtypes, formats, native, xla_options
 from aotplan.core.errors import InternalError, ModelError
-from aotplan.core import arena_io
+from aotplan.core import arena_io, spmd
 from compiler import state_writes
-from compiler import constant_moves
+from compiler import constant_moves, spmd_export
 from compiler import formats as cformats
 from compiler.ops import conv
 from aotplan.core import kernels
@@ -51,6 +51,9 @@ class LoweredKernel:
     # (transposes, copies, those of constant arguments) in the compiled HLO on the build host
     relayouts: tuple = (0, 0, 0)
     state: bool = False  # takes and returns the state buffer after the arena
+    # a tensor-parallel sink plan's kernel: (collectives its program names, collectives
+    # its compiled HLO runs on the build host, after XLA combined some)
+    collectives: tuple = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -90,9 +93,11 @@ class _Exporter:
     here, one at a time; an XLA compile releases it, so several run at once, each as
     it would alone (the plan does not depend on how many ran together)."""
 
-    def __init__(self, native_for, targets, jobs=1):
+    def __init__(self, native_for, targets, jobs=1, devices=1):
         self.native_for = native_for  # a device to build native executables for, or None
         self.targets = tuple(targets) if targets else (host_platform(),)
+        # a tensor-parallel sink plan's: its kernel spans the mesh (compiler/spmd_export.py)
+        self.mesh = spmd_export.build_mesh(devices, jax.devices()[0].platform) if devices > 1 else None
         self.platforms = set()
         self.pool = concurrent.futures.ThreadPoolExecutor(jobs, "aotplan-xla") if jobs > 1 else None
 
@@ -107,6 +112,10 @@ class _Exporter:
         indices of the arguments that are constants."""
         fn.__name__ = name
         constants = set(constant_args)
+        avals = None
+        if self.mesh is not None:
+            fn, specs = spmd_export.wrap(fn, specs, constant_args, self.mesh)
+            avals = specs
         jitted = jax.jit(fn, donate_argnums=kernels.donated(donate))
         host = host_platform()
         with jax_config.traceback_in_locations_limit(0):
@@ -116,10 +125,11 @@ class _Exporter:
             # the embedded executable are those of the program the host will run; a
             # build host outside the targets compiles its own export, for the workspace
             here = exp if host in self.targets else jax.export.export(jitted, platforms=(host,))(*specs)
-            lowered = kernels.lower_kernel(name, here, donate, host)
+            lowered = kernels.lower_kernel(name, here, donate, host, avals=avals)
         self.platforms.update(exp.platforms)
         blob = bytes(exp.serialize())
-        native_ok = self.native_for is not None and host in self.targets
+        native_ok = self.native_for is not None and host in self.targets and self.mesh is None
+        named = spmd_export.program_collectives(exp) if self.mesh is not None else 0
 
         def build():
             compiled = kernels.compile_lowered(name, lowered, host)
@@ -130,7 +140,8 @@ class _Exporter:
             hlo = compiled.as_text() or ""
             # (the compiled program's parameters: the arguments the export kept)
             params = [n for n, i in enumerate(here.module_kept_var_idx) if i in constants]
-            return blob, temp, alias, nat, (*cformats.count_relayouts(hlo), constant_moves.count(hlo, params))
+            return (blob, temp, alias, nat, (*cformats.count_relayouts(hlo), constant_moves.count(hlo, params)),
+                    (named, spmd.count_collectives(hlo)))
 
         if self.pool is None:
             done = build()
@@ -315,7 +326,7 @@ def _kernel_name(k, group):
 
 def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_for=None, progress=None,
         targets=None, info=None, fmts=None, bands=True, only=None, band_floor=MIN_REFINED_WORKSPACE, jobs=None,
-        inline=None, state=None, separate_io=False):
+        inline=None, state=None, separate_io=False, devices=1):
     """-> Lowered. `groups`/`labels`: the launches (passes/group.py); `targets`: the
     platforms to export for (default: this host's); `info`: tensor name -> logical
     TensorInfo; `fmts`: tensor name -> storage format (passes/layout.py); `bands`:
@@ -330,13 +341,15 @@ def run(groups, labels, liveness, mem, output_names, mode, reuse=True, native_fo
     storage dtype). `state`: (tensor index -> byte offset in the state buffer, the
     buffer's bytes), where the model has states (passes/state.py). `separate_io`: the
     feeds enter through an input kernel and the outputs leave through an output kernel
-    in every mode (a tensor-parallel plan's: a collective may run after its last launch)."""
+    in every mode (a tensor-parallel plan's: a collective may run after its last launch).
+    `devices`: a tensor-parallel sink plan's mesh, which its one kernel spans
+    (compiler/spmd_export.py); 1 otherwise."""
     fmts, inline = fmts or {}, inline or {}
     held = {t.name for t in liveness.tensors if t.storage == "inline"}
     if held != set(inline):
         raise InternalError(f"lower: the inline constants' values ({sorted(inline)}) are not those of the "
                             f"tensors stored inline ({sorted(held)})")
-    export = _Exporter(native_for, targets, xla_options.default_jobs() if jobs is None else jobs)
+    export = _Exporter(native_for, targets, xla_options.default_jobs() if jobs is None else jobs, devices)
     # An executable serialized from a compile that JAX's persistent compilation cache
     # served does not run once loaded ("NOT_FOUND: Function ... not found": its code is
     # missing), so where a plan embeds executables its kernels are compiled afresh, with
@@ -365,8 +378,8 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
     sink = mode == "sink"
 
     def add(name, fn, specs, n_offsets=0, feeds=False, returns=False, donate=True):
-        blob, temp, alias, nat, moves = export(name, fn, specs, donate)()
-        kernels.append(LoweredKernel(name, blob, temp, n_offsets, feeds, returns, nat, alias, moves))
+        blob, temp, alias, nat, moves, colls = export(name, fn, specs, donate)()
+        kernels.append(LoweredKernel(name, blob, temp, n_offsets, feeds, returns, nat, alias, moves, False, colls))
         return len(kernels) - 1
 
     # sink and fused plans: the first launch takes the inputs and the last returns the
@@ -403,8 +416,9 @@ def _run(export, groups, labels, liveness, mem, output_names, mode, reuse, progr
         compiled = export(name, fn, specs, first_pool, range(first_pool, first_pool + len(pool_reads)))
 
         def kernel():
-            blob, temp, alias, nat, moves = compiled()
-            return LoweredKernel(name, blob, temp, n_off, takes_feeds, gives_outputs, nat, alias, moves, stateful)
+            blob, temp, alias, nat, moves, colls = compiled()
+            return LoweredKernel(name, blob, temp, n_off, takes_feeds, gives_outputs, nat, alias, moves, stateful,
+                                 colls)
         return kernel, dynamic
 
     first = {}  # kernel -> the first launch it runs

@@ -1,0 +1,73 @@
+"""A tensor-parallel sink plan's one program over every device (SPMD), as the compiler
+exports it and the executor loads it.
+
+A sink plan is one launch; for a tensor-parallel plan (`--parallel tensor --launch
+sink`) that launch holds the collectives too, so its kernel is one program over the
+plan's mesh (`jax.shard_map` over the axis `MESH_AXIS`), exported for `devices`
+devices: XLA sees every all-reduce and all-gather of the step at once and may combine
+them. Its arguments, each as one array over the mesh:
+
+- ARENA: every device's arena, joined (`(devices * words,)` uint32, split along the
+  mesh axis: device d's arena is the d-th slice, the same buffer the device's arena is);
+- PARTS: a pool constant, each device's own (its part of a split weight, or the
+  weight itself where it is replicated), stacked on a leading mesh axis
+  (`(devices, *shape)`): each device reads its own `[0]`;
+- WHOLE: a feed, the same on every device (replicated).
+
+It returns the arena (ARENA, donated: written in place) and the outputs (WHOLE: every
+device's are the same; device 0's are the step's).
+"""
+
+import re
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from aotplan.core.plan import MESH_AXIS
+
+ARENA, PARTS, WHOLE = "arena", "parts", "whole"
+
+# the collective operations of a compiled HLO module's text (XLA names each
+# instruction's op after its result's type: `%x = f32[8]{0} all-reduce(...)`; on GPU
+# the asynchronous pairs are `-start` and `-done`: the start is counted)
+_COLLECTIVE = re.compile(r"\s(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(-start)?\(")
+
+
+def is_spmd(plan):
+    """Whether `plan` is a tensor-parallel sink plan: its one kernel spans the mesh."""
+    return plan.mesh is not None and plan.mesh.parallel == "tensor" and plan.launch_mode == "sink"
+
+
+def global_shape(shape, role, devices):
+    """One device's shape of an argument of `role` -> the program's (over the mesh)."""
+    shape = tuple(shape)
+    if role == ARENA:
+        return (devices * shape[0],)
+    if role == PARTS:
+        return (devices,) + shape
+    return shape
+
+
+def partition(role):
+    return PartitionSpec(MESH_AXIS) if role in (ARENA, PARTS) else PartitionSpec()
+
+
+def mesh_of(devices):
+    """jax Devices, in mesh order -> the plan's one-axis mesh over them."""
+    return Mesh(np.array(list(devices)), (MESH_AXIS,))
+
+
+def avals(sig, roles, mesh):
+    """[(one device's shape, dtype)] and their roles -> the program's argument types,
+    each with its sharding over `mesh`."""
+    n = mesh.devices.size
+    return [jax.ShapeDtypeStruct(global_shape(shape, role, n), jax.numpy.dtype(dtype),
+                                 sharding=NamedSharding(mesh, partition(role)))
+            for (shape, dtype), role in zip(sig, roles)]
+
+
+def count_collectives(hlo_text):
+    """A compiled HLO module's text -> how many collectives it runs (XLA's combining
+    passes have run: several all-reduces at one point may be one)."""
+    return len(_COLLECTIVE.findall(hlo_text))
