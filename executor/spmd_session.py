@@ -149,7 +149,7 @@ class SpmdSession:
         args = self._feeds(feeds)
         with self._lock:
             if self._closed:
-                raise PlanError("this session is closed")
+                raise PlanError("this session is closed (SpmdSession.close): load the plan again to use it")
             arena = self._arena
             if arena.is_deleted():  # (a step was interrupted while the program held it)
                 arena = self._fresh_arena()
@@ -175,6 +175,8 @@ class SpmdSession:
         """(Each of this process's devices' arena address): the same after every step
         when steps run in place (`replay --check-alloc`)."""
         with self._lock:
+            if self._closed:
+                raise PlanError("this session is closed (SpmdSession.close): load the plan again to use it")
             by_device = {s.device: s.data.unsafe_buffer_pointer() for s in self._arena.addressable_shards}
             return tuple(by_device[d] for d in self._mine)
 

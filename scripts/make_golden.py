@@ -11,11 +11,14 @@ format leaves the supported window).
 import argparse
 import os
 
-import numpy as np
+# (before jax starts: a tensor-parallel sink plan's program is exported over 2 devices)
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
 
-from aotplan.core import codec, model_json
-from aotplan.core.fileio import atomic_write
-from compiler import pipeline, reference
+import numpy as np  # noqa: E402
+
+from aotplan.core import codec, model_json  # noqa: E402
+from aotplan.core.fileio import atomic_write  # noqa: E402
+from compiler import pipeline, reference  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plans")
 
@@ -50,9 +53,9 @@ def main(argv=None):
     feeds = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in graph.inputs}
     for launch in ("sink", "fused", "kernel"):
         _freeze(f"mlp_2devices_{launch}", launch, graph, pipeline.Options(launch=launch), digest, [feeds], devices=2)
-    # tensor-parallel plans (format 9): the example MLP on 2 devices (no sink: its
-    # collectives run between launches)
-    for launch in ("fused", "kernel"):
+    # tensor-parallel plans (format 9): the example MLP on 2 devices (sink: one program
+    # over the devices, exported on 2 host devices: XLA_FLAGS below)
+    for launch in ("fused", "kernel", "sink"):
         _freeze(f"mlp_2devices_tensor_{launch}", launch, graph, pipeline.Options(launch=launch), digest, [feeds],
                 devices=2, parallel="tensor")
 

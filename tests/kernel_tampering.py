@@ -33,7 +33,9 @@ def with_program(plan, ki, program):
     exp = exported(plan, ki)
     from jaxlib.mlir.dialects import stablehlo  # (tests only: this jax's own StableHLO version)
 
-    blob = (jax_mlir.serialize_portable_artifact(program, stablehlo.get_current_version())
+    # (a program over several devices keeps its Shardy ops as jax's export writes them:
+    # "mixed" serialization; else they are lowered to custom calls)
+    blob = (jax_mlir.serialize_portable_artifact(program, stablehlo.get_current_version(), "sdy." in program)
             if isinstance(program, str) else program)
     new = dataclasses.replace(exp, mlir_module_serialized=bytes(blob))
     kernel = dataclasses.replace(plan.kernels[ki], exported=bytes(new.serialize()), native=b"")

@@ -30,9 +30,17 @@ def _fail(msg):
 
 def check_positions(plan):
     """Each collective runs after a launch of the plan (before the launches' checks,
-    which take the collectives in their places)."""
+    which take the collectives in their places); a tensor-parallel sink plan lists none
+    (its one program holds them)."""
     if plan.mesh is None:
         return
+    if plan.mesh.parallel == "tensor" and plan.launch_mode == "sink":  # (one program over the mesh: core/spmd.py)
+        if plan.mesh.collectives:
+            _fail(f"mesh.collectives: a tensor-parallel sink plan's collectives are in its one program, yet it "
+                  f"lists {len(plan.mesh.collectives)} between launches")
+        if len(plan.launches) != 1 or plan.input_kernel >= 0 or plan.output_kernel >= 0 or plan.place_kernel >= 0:
+            _fail("a tensor-parallel sink plan is one launch that takes the feeds and returns the outputs, with no "
+                  "input, output or place kernel")
     for i, c in enumerate(plan.mesh.collectives):
         if not 0 <= c.after < len(plan.launches):
             _fail(f"mesh.collectives[{i}].after = {c.after} is out of range (0..{len(plan.launches) - 1})")
@@ -49,13 +57,6 @@ def check(plan):
     if plan.states or plan.methods or plan.method:
         _fail("a plan for several devices (mesh) has no states and no methods")
     tensor = mesh.parallel == "tensor"
-    if tensor and plan.launch_mode == "sink":  # (one program over the mesh: aotplan/core/spmd.py)
-        if mesh.collectives:
-            _fail(f"mesh.collectives: a tensor-parallel sink plan's collectives are in its one program, yet it "
-                  f"lists {len(mesh.collectives)} between launches")
-        if len(plan.launches) != 1 or plan.input_kernel >= 0 or plan.output_kernel >= 0 or plan.place_kernel >= 0:
-            _fail("a tensor-parallel sink plan is one launch that takes the feeds and returns the outputs, with no "
-                  "input, output or place kernel")
     for field, listed, axes in (("input_axes", plan.inputs, mesh.input_axes),
                                 ("output_axes", plan.outputs, mesh.output_axes)):
         if len(axes) != len(listed):

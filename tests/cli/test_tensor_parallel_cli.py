@@ -70,6 +70,32 @@ def test_two_processes_on_loopback_run_the_plan_and_each_gives_the_outputs(plans
         _same(str(d / f"p{i}.npz"), want)
 
 
+def test_a_sink_plan_is_one_program_over_the_devices(plans):
+    """`--launch sink`: compiled without XLA_FLAGS (the command asks XLA for the host
+    devices its export needs), its collectives counted in the summary; replayed on
+    forced host devices and on two processes it gives the one-device outputs."""
+    _, _, want, d = plans
+    sink = str(d / "sink.plan")
+    r = aotplan_cli("compile", MLP, "--devices", "2", "--parallel", "tensor", "--launch", "sink", "-o", sink,
+                    env=_env())
+    assert r.returncode == 0, r.stderr
+    assert "launch mode sink: 1 launch" in r.stdout and ("one program over the devices holds the step's collectives: "
+                                                         "2 in the program, 2 per step in the HLO") in r.stdout, r.stdout
+    got = str(d / "sink.npz")
+    r = aotplan_cli("replay", sink, "--random-inputs", "--steps", "2", "--output", got, "--check-alloc", env=_env(2))
+    assert r.returncode == 0 and "runs one program over the devices, its collectives inside" in r.stdout and \
+        "arena pointers of 2 devices unchanged" in r.stdout, r.stdout + r.stderr
+    _same(got, want)
+    r = aotplan_cli("verify", sink, env=_env())  # (its child asks for the host devices the program spans)
+    assert r.returncode == 0 and "run in a child process" in r.stdout, r.stdout + r.stderr
+    r = aotplan_cli("replay", sink, "--random-inputs", env=_env())
+    assert r.returncode != 0 and "error: the plan runs on 2 devices (tensor parallel); this host has 1 cpu" in \
+        r.stderr, r.stderr
+    for i, (rc, out, err) in enumerate(replay_on_loopback(sink, [d / "s0.npz", d / "s1.npz"], _env())):
+        assert rc == 0, out + err[-3000:]
+        _same(str(d / f"s{i}.npz"), want)
+
+
 def _same(got, want):
     with np.load(got) as g, np.load(want) as w:
         assert set(g.files) == set(w.files)

@@ -87,3 +87,20 @@ def test_the_mesh_survives_the_codec_byte_for_byte(plan):
         assert codec.encode(plan) == f.read()
     assert codec.decode(codec.encode(plan)).mesh == plan.mesh
     assert PlanCollective("all_reduce", 2, (9,), (10,)) == plan.mesh.collectives[0]
+
+
+SINK = os.path.join(ROOT, "plans", "golden", "v9", "mlp_2devices_tensor_sink.plan")
+
+
+def test_a_sink_plan_lists_no_collective_between_launches():
+    """A tensor-parallel sink plan is one program over the devices, its collectives
+    inside (aotplan/core/spmd.py): one listed between launches would never run."""
+    sink = codec.read(SINK)
+    verify.verify(sink)
+    assert len(sink.launches) == 1 and sink.mesh.collectives == () and sink.mesh.shards
+    T = sink.tensors
+    reads = next(i for i, t in enumerate(T) if t.kind == "output")
+    bad = _mesh(sink, collectives=(PlanCollective("all_reduce", 0, (reads,), (reads,)),))
+    with pytest.raises(PlanError, match=r"mesh.collectives: a tensor-parallel sink plan's collectives are in its one "
+                                        r"program, yet it lists 1 between launches"):
+        verify.verify(bad)

@@ -62,7 +62,9 @@ report = {}
 for path in paths:
     try:
         sess = executor.load(path)
-        assert set(sess.kernel_paths.values()) == {"compiled"}, sess.kernel_paths
+        # (a tensor-parallel sink plan's one program spans the devices: jax's exp.call lowers it)
+        fast = "compiled via exported.call" if type(sess).__name__ == "SpmdSession" else "compiled"
+        assert set(sess.kernel_paths.values()) == {fast}, sess.kernel_paths
         with np.load(path[:-len(".plan")] + ".io.npz") as z:  # (one step: "in:NAME", "out:NAME")
             io = {k: z[k] for k in z.files}
         got = sess.run({k[3:]: v for k, v in io.items() if k.startswith("in:")})

@@ -1,9 +1,12 @@
 """Tensor-parallel plans (`--devices N --parallel tensor`) on several host devices: the
 example MLP and transformer, a BERT-like model (scripts/gen_models.py's structure,
-smaller) and three heads summed as one block (tests/tensor_models.py), on 2 and 4 devices, in fused and kernel mode, give the one-device plan's
-outputs; every device's arena stays the same buffer across steps (the collectives
-donate it) and holds its part of the weights; the wrong devices, a device's Session
-run alone and wrong feeds are each one clear error. The devices are forced host
+smaller) and three heads summed as one block (tests/tensor_models.py), on 2 and 4
+devices, in fused, kernel and sink mode (one program over the devices, its collectives
+inside: an SpmdSession), give the one-device plan's outputs; every device's arena
+stays the same buffer across steps (the collectives donate it) and holds its part of
+the weights; a sink plan's collectives are counted in its program and in XLA's
+compiled HLO; the wrong devices, a device's Session run alone and wrong feeds are
+each one clear error. The devices are forced host
 devices (XLA_FLAGS before jax starts), so the work runs in one child process."""
 
 import json
@@ -20,10 +23,11 @@ pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="forced h
 _CHILD = FOUR_DEVICE_CHILD + r"""
 import numpy as np
 import compiler, executor
-from aotplan.core import codec
+from aotplan.core import codec, model_json
+from compiler import pipeline, tensor_parallel_plan
 
 models = json.loads(sys.argv[1])
-report.update({"diff": {}, "in_place": {}, "pool": {}, "collectives": {}})
+report.update({"diff": {}, "in_place": {}, "pool": {}, "collectives": {}, "kind": {}})
 
 rng = np.random.default_rng(0)
 for name, path in models.items():
@@ -31,15 +35,21 @@ for name, path in models.items():
     one = executor.Session(one_plan, warmup=False)
     feeds = {n: rng.standard_normal(shape).astype(dt) for n, dt, shape in one.input_specs}
     want = one.run(feeds)
-    for launch in ("fused", "kernel"):
+    for launch in ("fused", "kernel", "sink"):
         for n in (2, 4):
-            plan = compiler.compile(path, launch=launch, devices=n, parallel="tensor")
-            sess = executor.load(codec.encode(plan))
             key = f"{name}/{launch}/{n}"
+            if launch == "sink":  # (the compile's result: its collectives in the program and compiled)
+                g, digest = model_json.load(path)
+                res = tensor_parallel_plan.compile_tensor_parallel(g, digest, pipeline.Options(launch="sink"), n)
+                plan, report["collectives"][key + "/compiled"] = res.plan, res.collectives
+            else:
+                plan = compiler.compile(path, launch=launch, devices=n, parallel="tensor")
+            sess = executor.load(codec.encode(plan))
+            report["kind"][key] = type(sess).__name__
             got = sess.run(feeds)
-            before = [s.arena_pointer() for s in sess.sessions]
+            before = sess.arena_pointer()
             got = sess.run(feeds)
-            report["in_place"][key] = before == [s.arena_pointer() for s in sess.sessions]
+            report["in_place"][key] = before == sess.arena_pointer() and len(before) == n
             report["diff"][key] = max(float(np.max(np.abs(got[k] - want[k])) / max(float(np.max(np.abs(want[k]))), 1e-30))
                                       for k in want)
             report["pool"][key] = plan.memory.constant_pool_bytes / one_plan.memory.constant_pool_bytes
@@ -51,8 +61,17 @@ plan4 = codec.encode(compiler.compile(mlp, devices=4, parallel="tensor"))
 error("from_third_device", lambda: executor.load(plan4, device="cpu:2"))
 error("two_devices", lambda: executor.MeshSession(codec.decode(plan4), devices=["cpu:0", "cpu:1"]))
 error("one_device_session", lambda: executor.Session(codec.decode(plan4)))
-sess = executor.load(plan4)
+sink4 = codec.encode(compiler.compile(mlp, devices=4, parallel="tensor", launch="sink"))
+error("sink_on_two", lambda: executor.load(sink4, device="cpu:2"))
+error("sink_mesh_session", lambda: executor.MeshSession(codec.decode(sink4)))
+sess = executor.load(sink4)
 x = rng.standard_normal((4, 64)).astype(np.float32)
+error("sink_wrong_shape", lambda: sess.run({"x": x[:2]}))
+error("sink_wrong_dtype", lambda: sess.run({"x": x.astype(np.float64)}))
+error("sink_unknown", lambda: sess.run({"x": x, "y": x}))
+sess.close()
+error("sink_closed", lambda: sess.run({"x": x}))
+sess = executor.load(plan4)
 error("device_alone", lambda: sess.sessions[1].run({"x": x}))
 error("wrong_shape", lambda: sess.run({"x": x[:2]}))
 error("missing", lambda: sess.run({}))
@@ -84,10 +103,11 @@ def report(tmp_path_factory):
 
 
 def test_every_model_mode_and_device_count_matches_the_one_device_plan(report):
-    want = {f"{m}/{launch}/{n}" for m in ("mlp", "transformer", "bert", "heads") for launch in ("fused", "kernel")
-            for n in (2, 4)}
+    want = {f"{m}/{launch}/{n}" for m in ("mlp", "transformer", "bert", "heads")
+            for launch in ("fused", "kernel", "sink") for n in (2, 4)}
     assert set(report["diff"]) == want
     assert all(d <= 1e-5 for d in report["diff"].values()), report["diff"]
+    assert {k for k, kind in report["kind"].items() if kind == "SpmdSession"} == {k for k in want if "/sink/" in k}
 
 
 def test_each_device_keeps_its_arena_in_place_and_its_part_of_the_weights(report):
@@ -99,6 +119,15 @@ def test_each_device_keeps_its_arena_in_place_and_its_part_of_the_weights(report
         assert report["collectives"][f"bert/kernel/{n}"] == 4, report["collectives"]
         # its weights are matmuls but the layer norms': about 1/n of them a device
         assert report["pool"][f"bert/kernel/{n}"] < 1.1 / n, report["pool"]
+        # a sink plan: none between launches; its program names them, XLA may combine some
+        assert report["collectives"][f"bert/sink/{n}"] == 0
+        sink = {k: v for k, v in report["collectives"].items() if "/sink/" in k}
+        named, compiled = report["collectives"][f"bert/sink/{n}/compiled"]
+        assert named >= 4 and 1 <= compiled <= named, sink
+        # three heads' partial sums at one point: jax writes an all-reduce each (or one
+        # of three operands), XLA's compiled program runs one
+        named, compiled = report["collectives"][f"heads/sink/{n}/compiled"]
+        assert named in (1, 3) and compiled == 1, sink
 
 
 def test_bad_devices_and_feeds_are_one_clear_error(report):
@@ -112,3 +141,10 @@ def test_bad_devices_and_feeds_are_one_clear_error(report):
     assert e["wrong_shape"] == "FeedError: input 'x': expected float32[4, 64], got float32[2, 64]", e
     assert e["missing"] == "FeedError: input 'x': missing", e
     assert e["right"] is None, e
+    assert e["sink_on_two"].startswith("PlanError: the plan runs on 4 devices (tensor parallel); this host has 4 "
+                                       "cpu device(s), 2 from"), e
+    assert e["sink_mesh_session"].startswith("PlanError: MeshSession: the plan is one program over its devices"), e
+    assert e["sink_wrong_shape"] == "FeedError: input 'x': expected float32[4, 64], got float32[2, 64]", e
+    assert e["sink_wrong_dtype"].startswith("FeedError: input 'x'"), e
+    assert e["sink_unknown"] == "FeedError: unknown input 'y' (the plan's inputs: x)", e
+    assert e["sink_closed"].startswith("PlanError: this session is closed"), e
