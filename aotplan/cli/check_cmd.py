@@ -162,7 +162,6 @@ def check(plan_path, model, inputs, seed, input_shapes, frozen, rtol, atol, allo
 def _check_tensor_plan(plan, plan_path, graph, trusted, inputs, seed, rtol, atol):
     """A tensor-parallel plan: each device holds parts, so no one device's tensors are
     the model's: its outputs, run on its devices, are compared with the model's."""
-    import executor
     from compiler import reference
 
     click.echo(f"{plan_path}: runs on {plan.mesh.devices} devices (tensor parallel): comparing its outputs, run on "
