@@ -5,7 +5,7 @@ XLA_FLAGS before jax starts, so this script sets it), the one-device plan measur
 the same run, rounds interleaved.
 
     python scripts/bench_parallel.py [MODEL ...] [--devices 1,2,4] [--batch 4] [--steps 20] [--rounds 3]
-    python scripts/bench_parallel.py --parallel tensor [MODEL ...] [--launch kernel]
+    python scripts/bench_parallel.py --parallel tensor [MODEL ...] [--launch kernel|sink]
 
 Data parallel (default): MODEL a model.json (default: the example MLP and CNN);
 `--batch` sets every input's first axis (a model that writes its batch into a shape
@@ -15,7 +15,9 @@ scripts/gen_models.py's structure, 2 layers, sequence 64, hidden 512, 8 heads, F
 2048, and three heads summed as one block, tests/tensor_models.py's structure at
 hidden 512); each row also says the collectives per step and the bytes each device
 sends into them; the block model is measured with and without `collective-blocks`
-(one all-reduce of one block vs one per tensor). On a CPU the host devices share the
+(one all-reduce of one block vs one per tensor). `--launch sink`: one program over the
+devices holds the collectives; a row says how many its program names and how many
+XLA's compiled program runs. On a CPU the host devices share the
 same cores, so no speed-up is expected there: the memory split is the point
 (docs/design.md, "Several devices").
 """
@@ -35,7 +37,8 @@ ap.add_argument("--batch", type=int, default=4)
 ap.add_argument("--steps", type=int, default=20)
 ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--parallel", choices=("data", "tensor"), default="data")
-ap.add_argument("--launch", choices=("fused", "kernel"), default="fused", help="tensor parallel: the launch mode")
+ap.add_argument("--launch", choices=("fused", "kernel", "sink"), default="fused",
+                help="tensor parallel: the launch mode")
 args = ap.parse_args()
 counts = [int(n) for n in args.devices.split(",")]
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
@@ -48,7 +51,8 @@ import numpy as np  # noqa: E402
 
 import compiler  # noqa: E402
 import executor  # noqa: E402
-from aotplan.core import codec  # noqa: E402
+from aotplan.core import codec, model_json  # noqa: E402
+from compiler import pipeline, tensor_parallel_plan  # noqa: E402
 
 
 def _at_batch(path, batch, work):
@@ -82,7 +86,6 @@ def _timed(sessions, feeds):
 
 
 def _tensor_models(work):
-    from aotplan.core import model_json
 
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -111,12 +114,18 @@ def tensor_main():
         print(f"host devices {max(counts)} (forced), tensor parallel, {args.launch} mode, {args.rounds} rounds x "
               f"{args.steps} steps; ms per step (median), one device's bytes")
         for path in models:
-            plans = {}
+            plans, counted = {}, {}
             for n in counts:
                 variants = [("", {})] if n == 1 else [("", {})] + (
                     [(" no blocks", {"collective_blocks": False})] if "three_heads" in path else [])
                 for label, opts in variants:
                     try:
+                        if n > 1 and args.launch == "sink":  # (the compile's result counts the collectives)
+                            graph, digest = model_json.load(path)
+                            res = tensor_parallel_plan.compile_tensor_parallel(
+                                graph, digest, pipeline.Options(launch="sink", **opts), n)
+                            plans[(n, label)], counted[(n, label)] = res.plan, res.collectives
+                            continue
                         plans[(n, label)] = (compiler.compile(path, launch=args.launch) if n == 1 else
                                              compiler.compile(path, launch=args.launch, devices=n, parallel="tensor",
                                                               **opts))
@@ -133,8 +142,10 @@ def tensor_main():
                 colls = mesh.collectives if mesh is not None else ()
                 moved = sum(p.tensors[i].nbytes for c in colls for i in c.reads)
                 ratio = f" ({ms[(n, label)] / base:.2f}x {counts[0]} device)" if base else ""
+                said = (f"collectives {counted[(n, label)][0]} in the program, {counted[(n, label)][1]} compiled"
+                        if (n, label) in counted else f"collectives {len(colls)}, bytes each device sends {moved:>8}")
                 print(f"{os.path.basename(os.path.dirname(path)):18s} {n} device(s){label:10s}: {ms[(n, label)]:8.3f} ms"
-                      f"{ratio}; collectives {len(colls)}, bytes each device sends {moved:>8}; arena "
+                      f"{ratio}; {said}; arena "
                       f"{m.arena_bytes:>9} pool {m.constant_pool_bytes:>10} workspace {m.max_workspace_bytes:>9}",
                       flush=True)
             for s in sessions.values():
