@@ -4,7 +4,8 @@ The planner sees each collective node (compiler/ops/collective_ops.py) as a laun
 its own (passes/group.py isolates them), so lifetimes and offsets account for what it
 reads and writes like any launch's: its operands are arena tensors, and its result
 may take the bytes of an operand that dies in it (in place). Lowering then skips
-them: no kernel holds a collective. `strip` turns the planned launches into the
+them: no kernel holds a collective (but a sink plan's one program over the mesh:
+compiler/spmd_export.py). `strip` turns the planned launches into the
 kernel launches and the `PlanCollective`s that run between them; the executor builds
 each collective's program from those fields (executor/collectives.py).
 

@@ -9,8 +9,9 @@ in for all) and under `jax.shard_map` (the executor's collective launches).
   collective moves (compiler/collectives.py);
 - `all_gather` (`axis`, `devices`): the devices' parts joined along `axis`.
 
-A plan's collectives run between launches (executor/collectives.py): no kernel holds
-one, and a graph with one compiles only for several devices.
+A fused or kernel plan's collectives run between launches (executor/collectives.py):
+no kernel holds one; a sink plan's one program holds them, over the mesh
+(compiler/spmd_export.py). A graph with one compiles only for several devices.
 """
 
 from jax import lax
