@@ -27,8 +27,8 @@ def test_there_are_golden_plans_of_this_version_and_older():
     versions = {_version(p) for p in GOLDEN}
     assert codec.FORMAT_VERSION in versions and min(versions) < codec.FORMAT_VERSION
     here = [p for p in GOLDEN if _version(p) == codec.FORMAT_VERSION]
-    # (format 9 holds tensor-parallel plans: fused and kernel, never sink)
-    assert {codec.read(p).launch_mode for p in here} == {"fused", "kernel"}
+    # (format 9 holds tensor-parallel plans: in every launch mode, sink one program over the devices)
+    assert {codec.read(p).launch_mode for p in here} == {"fused", "kernel", "sink"}
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: os.path.relpath(p, os.path.join(ROOT, "plans", "golden")))
