@@ -123,8 +123,13 @@ def test_each_device_holds_its_part_of_the_weights(mlp_kernel_plan):
 
 
 @pytest.mark.parametrize("kwargs,msg", [
-    (dict(launch="sink"), r"--devices 2 --parallel tensor: a sink plan is one kernel, and a tensor-parallel "
-                          r"plan's collectives run between kernels: use --launch fused \(or kernel\)"),
+    # (this process has one host device: a sink plan's program is exported over 2)
+    (dict(launch="sink"), r"--devices 2 --parallel tensor --launch sink: the plan's one program spans 2 devices, "
+                          r"and exporting it takes that many devices of this host's platform \(cpu\); this process "
+                          r"has 1: set XLA_FLAGS=--xla_force_host_platform_device_count=N"),
+    (dict(launch="sink", embed_native=True), r"an executable for one device cannot be embedded for it"),
+    (dict(launch="sink", weights="arena"), r"--launch sink: the program takes each device's part of the split "
+                                           r"weights from its pool: leave out --weights arena"),
     (dict(format_policy="aligned"), r"activations stay in the default storage format .*leave out --formats aligned"),
 ])
 def test_options_it_cannot_honour_are_refused(kwargs, msg):
