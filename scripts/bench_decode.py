@@ -10,11 +10,12 @@ plans/examples/decoder/build.py, with a cache of CACHE positions):
              the cache donated (updated in place, kept on the device)
   ort        onnxruntime on the stateless ONNX step (the cache carried on the host)
 
-Medians of --steps tokens (microseconds), each peer's ratio to jit, and the step time
+Medians of --steps tokens (microseconds; the peers interleaved in --rounds rounds, so
+a noisy machine's slow spells fall on each alike), each peer's ratio to jit, and the step time
 at position 1 and CACHE-1 (the state plan's should be flat in position). Then device
 memory: what each plan states a step needs, with the inputs and outputs it moves.
 
-    python scripts/bench_decode.py [--cache 32,512,2048] [--steps 300]
+    python scripts/bench_decode.py [--cache 32,512,2048] [--steps 300] [--rounds 5]
 """
 
 import argparse
@@ -30,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-from benchutil import timed  # noqa: E402
+from benchutil import interleaved, timed  # noqa: E402
 
 
 def _build_module():
@@ -48,7 +49,8 @@ def _us(ts):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", default="32,512,2048", help="cache lengths to measure, comma-separated")
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=300, help="tokens timed per peer, over the rounds")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds, each timing every peer in turn")
     args = ap.parse_args()
 
     import jax
@@ -121,10 +123,10 @@ def main():
                 ocache.update((past, out[present]) for present, past in pairs)
                 return out["logits"]
 
-            times = {}
-            for name, f in (("state", run_state), ("stateless", run_stateless), ("jit", run_jit), ("ort", run_ort)):
-                timed(f, 20)  # warm
-                times[name] = _us(timed(f, args.steps))
+            per_round = max(1, args.steps // args.rounds)
+            times = {name: _us(ts) for name, ts in interleaved(
+                {"state": run_state, "stateless": run_stateless, "jit": run_jit, "ort": run_ort},
+                per_round, args.rounds).items()}
             flat = {}
             for label, p in (("first", 1), ("last", cache - 1)):
                 fixed = np.array([p], np.int64)

@@ -28,7 +28,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("models", nargs="*", metavar="MODEL")
@@ -48,6 +47,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
+from benchutil import interleaved  # noqa: E402
 
 import compiler  # noqa: E402
 import executor  # noqa: E402
@@ -73,15 +73,7 @@ def _at_batch(path, batch, work):
 
 def _timed(sessions, feeds):
     """{key: session} -> {key: median ms per step}, rounds interleaved."""
-    times = {k: [] for k in sessions}
-    for s in sessions.values():
-        s.run(feeds)
-    for _ in range(args.rounds):
-        for k, s in sessions.items():
-            for _ in range(args.steps):
-                t0 = time.perf_counter()
-                s.run(feeds)
-                times[k].append(time.perf_counter() - t0)
+    times = interleaved({k: (lambda s=s: s.run(feeds)) for k, s in sessions.items()}, args.steps, args.rounds)
     return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
 
 

@@ -13,6 +13,19 @@ def timed(fn, steps):
     return ts
 
 
+def interleaved(fns, steps, rounds):
+    """{name: fn} -> {name: wall-clock seconds of each call}: `rounds` rounds, each
+    calling every fn `steps` times in turn, so that a noisy machine's slow spells fall
+    on every peer alike (after one warm-up call each)."""
+    for fn in fns.values():
+        fn()
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name] += timed(fn, steps)
+    return times
+
+
 _NOT_RUN = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
 
 
