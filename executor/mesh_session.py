@@ -135,6 +135,10 @@ class MeshSession:
         return {self.plan.method: self}
 
     @property
+    def state_specs(self):
+        return []  # (a plan for several devices has no states)
+
+    @property
     def kernel_source(self):
         return self.sessions[0].kernel_source
 

@@ -124,6 +124,10 @@ class SpmdSession:
         return {self.plan.method: self}
 
     @property
+    def state_specs(self):
+        return []  # (a plan for several devices has no states)
+
+    @property
     def local_devices(self):
         """This process's devices of the mesh (`replay --check-alloc` watches each one's memory)."""
         return list(self._mine)

@@ -7,6 +7,7 @@ the flag."""
 import os
 
 import jax
+import numpy as np
 import pytest
 
 from conftest import EXAMPLES, aotplan_cli, replay_on_loopback
@@ -32,11 +33,15 @@ def plan2(tmp_path_factory):
     return path
 
 
-def test_replay_runs_on_the_devices_and_inspect_prints_the_mesh(plan2):
+def test_replay_runs_on_the_devices_and_inspect_prints_the_mesh(plan2, tmp_path):
     r = aotplan_cli("replay", plan2, "--random-inputs", "--steps", "2", env=_env(2))
     assert r.returncode == 0, r.stderr
     assert "on 2 devices (cpu:0, cpu:1), data parallel" in r.stdout and "output probs: float32[4, 10]" in r.stdout, \
         r.stdout
+    x = str(tmp_path / "x.npy")  # (feeds from a file, as for a one-device plan)
+    np.save(x, np.ones((4, 64), np.float32))
+    r = aotplan_cli("replay", plan2, "--input", f"x={x}", "--steps", "1", env=_env(2))
+    assert r.returncode == 0 and "output probs: float32[4, 10]" in r.stdout, r.stdout + r.stderr
     r = aotplan_cli("inspect", plan2)
     assert r.returncode == 0 and "devices: 2 (data parallel:" in r.stdout, r.stdout + r.stderr
 

@@ -88,6 +88,11 @@ def test_a_sink_plan_is_one_program_over_the_devices(plans):
     _same(got, want)
     r = aotplan_cli("verify", sink, env=_env())  # (its child asks for the host devices the program spans)
     assert r.returncode == 0 and "run in a child process" in r.stdout, r.stdout + r.stderr
+    x = str(d / "x.npy")
+    np.save(x, np.ones((4, 64), np.float32))
+    for plan in (sink, plans[1]):  # (feeds from a file, as for a one-device plan)
+        r = aotplan_cli("replay", plan, "--input", f"x={x}", "--steps", "1", env=_env(2))
+        assert r.returncode == 0 and "output probs: float32[4, 10]" in r.stdout, r.stdout + r.stderr
     r = aotplan_cli("replay", sink, "--random-inputs", env=_env())
     assert r.returncode != 0 and "error: the plan runs on 2 devices (tensor parallel); this host has 1 cpu" in \
         r.stderr, r.stderr

@@ -468,16 +468,20 @@ def test_a_port_in_use_is_named(plans):
 
 
 def test_a_tensor_parallel_plan_is_served_on_its_devices(plans, sessions, tmp_path, monkeypatch):
-    """A plan for 2 devices (--parallel tensor) served on 2 forced host devices answers
-    as the one-device plan does (to float rounding: the split sums add in another order)."""
-    path = compile_plan(str(tmp_path / "mlp_tp.plan"), os.path.join(ROOT, "plans", "examples", "mlp", "model.json"),
-                        "--devices", "2", "--parallel", "tensor")
+    """A plan for 2 devices (--parallel tensor; fused, and sink: one program over the
+    devices) served on 2 forced host devices answers as the one-device plan does (to
+    float rounding: the split sums add in another order)."""
+    mlp = os.path.join(ROOT, "plans", "examples", "mlp", "model.json")
+    fused = compile_plan(str(tmp_path / "mlp_tp.plan"), mlp, "--devices", "2", "--parallel", "tensor")
+    sink = compile_plan(str(tmp_path / "mlp_tp_sink.plan"), mlp, "--devices", "2", "--parallel", "tensor",
+                        "--launch", "sink")
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")  # (the server's environment)
-    s = ServeProcess([path], "--name", "mlp_tp")
+    s = ServeProcess([fused, sink], "--name", "mlp_tp", "--name", "mlp_tp_sink")
     try:
         feeds = feeds_for(sessions["mlp"], seed=3)
         want = sessions["mlp"].run(feeds)["probs"]
-        got = infer(httpclient, s.http, "mlp_tp", feeds).as_numpy("probs")
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        for name in ("mlp_tp", "mlp_tp_sink"):
+            got = infer(httpclient, s.http, name, feeds).as_numpy("probs")
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     finally:
         assert s.stop() == 0
