@@ -71,7 +71,30 @@ def open_mesh(plan, devices=None, **session_args):
     return MeshSession(plan, devices, **session_args)
 
 
-class MeshSession:
+class OneMethodNoStates:
+    """What a plan for several devices' sessions share: one method, no states (the
+    verifier refuses both with a mesh), and a context manager that closes them."""
+
+    @property
+    def methods(self):
+        return {self.plan.method: self}
+
+    @property
+    def state_specs(self):
+        return []
+
+    def state_pointer(self):
+        return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class MeshSession(OneMethodNoStates):
     """`Session`'s interface for a plan for several devices: `run`, `input_specs`,
     `output_specs`, `memory`, `close`, a context manager. `sessions`: one Session per
     device of this process, in mesh order (several processes: executor/distributed.py;
@@ -129,14 +152,6 @@ class MeshSession:
         T = self.plan.tensors
         return [(name, T[i].dtype, self.mesh.whole_shape(T[i].shape, a))
                 for (name, a), i in zip(self._outputs, self.plan.outputs)]
-
-    @property
-    def methods(self):
-        return {self.plan.method: self}
-
-    @property
-    def state_specs(self):
-        return []  # (a plan for several devices has no states)
 
     @property
     def kernel_source(self):
@@ -244,9 +259,6 @@ class MeshSession:
         step when steps run in place (`replay --check-alloc`)."""
         return tuple(s.arena_pointer() for s in self.sessions)
 
-    def state_pointer(self):
-        return None  # (a plan for several devices has no states)
-
     def close(self):
         for s in self.sessions:
             s.close()
@@ -254,10 +266,3 @@ class MeshSession:
     @property
     def closed(self):
         return all(s.closed for s in self.sessions)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False

@@ -28,6 +28,7 @@ from aotplan.core import dtypes, formats, spmd, verify
 from aotplan.core.errors import FeedError, PlanError
 from executor import distributed, kernel_loader, memory_limits
 from executor.feeds import FeedCheck
+from executor.mesh_session import OneMethodNoStates
 from executor.reader_guard import for_load as reader_guard_for
 
 
@@ -36,7 +37,7 @@ def _shaped(a, shape):
     return a.reshape(shape) if isinstance(a, np.ndarray) else a
 
 
-class SpmdSession:
+class SpmdSession(OneMethodNoStates):
     def __init__(self, plan, devices, warmup=True, trusted=False, progress=None, jobs=None, max_memory=None,
                  reader_guard=None):
         """`devices`: the plan's devices, in mesh order (executor.mesh_session.mesh_devices)."""
@@ -120,14 +121,6 @@ class SpmdSession:
         return [(n, t.dtype, t.shape) for n, t in zip(self.plan.output_names, self._outputs)]
 
     @property
-    def methods(self):
-        return {self.plan.method: self}
-
-    @property
-    def state_specs(self):
-        return []  # (a plan for several devices has no states)
-
-    @property
     def local_devices(self):
         """This process's devices of the mesh (`replay --check-alloc` watches each one's memory)."""
         return list(self._mine)
@@ -184,9 +177,6 @@ class SpmdSession:
             by_device = {s.device: s.data.unsafe_buffer_pointer() for s in self._arena.addressable_shards}
             return tuple(by_device[d] for d in self._mine)
 
-    def state_pointer(self):
-        return None  # (a plan for several devices has no states)
-
     def close(self):
         with self._lock:
             self._closed = True
@@ -195,11 +185,3 @@ class SpmdSession:
     @property
     def closed(self):
         return self._closed
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
