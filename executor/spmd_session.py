@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
-from aotplan.core import dtypes, formats, spmd, verify
+from aotplan.core import dtypes, formats, kernels, spmd, verify
 from aotplan.core.errors import FeedError, PlanError
 from executor import distributed, kernel_loader, memory_limits
 from executor.feeds import FeedCheck
@@ -71,7 +71,7 @@ class SpmdSession(OneMethodNoStates):
         loaded = kernel_loader.load_kernels(plan, wants, self._mine[0], self.kernel_source, jobs, progress, guard,
                                             mesh=self._mesh)
         self._kernel = loaded.callables[plan.launches[0].kernel]
-        self._paths = {plan.kernels[ki].name: p for ki, p in loaded.paths.items()}
+        self._paths = {plan.kernels[ki].name: kernels.OVER_DEVICES for ki in loaded.paths}
         self.workspace_bytes, widest = memory_limits.compiled_workspace(plan, loaded.callables, loaded.paths)
         for d in self._mine:
             allowed, where = memory_limits.limit(d, max_memory)
@@ -133,7 +133,7 @@ class SpmdSession(OneMethodNoStates):
     def kernel_paths(self):
         return dict(self._paths)
 
-    adopt_seconds = 0.0  # (nothing adopted: no native executable)
+    adopt_seconds = None  # (nothing adopted: no native executable)
 
     def wait_ready(self):
         pass

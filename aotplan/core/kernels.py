@@ -31,7 +31,10 @@ NATIVE_PENDING = "native, called from Python until the first step's adoption"  #
 COMPILED_VIA_CALL = "compiled via exported.call"
 NATIVE_VIA_CALL = "native via exported.call"
 NATIVE_FROM_PYTHON = "native, called from Python"  # native.NativeKernel, for good
-FAST_PATHS = (COMPILED, NATIVE)
+# a program over several devices (aotplan/core/spmd.py) has one path: exp.call lowered
+# with each argument's sharding over the mesh (no stand-in is written for one)
+OVER_DEVICES = "compiled over the devices"
+FAST_PATHS = (COMPILED, NATIVE, OVER_DEVICES)
 
 
 def export_platform(device_platform):

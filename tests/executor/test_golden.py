@@ -62,8 +62,8 @@ report = {}
 for path in paths:
     try:
         sess = executor.load(path)
-        # (a tensor-parallel sink plan's one program spans the devices: jax's exp.call lowers it)
-        fast = "compiled via exported.call" if type(sess).__name__ == "SpmdSession" else "compiled"
+        # (a tensor-parallel sink plan's one program spans the devices: its own path)
+        fast = "compiled over the devices" if type(sess).__name__ == "SpmdSession" else "compiled"
         assert set(sess.kernel_paths.values()) == {fast}, sess.kernel_paths
         with np.load(path[:-len(".plan")] + ".io.npz") as z:  # (one step: "in:NAME", "out:NAME")
             io = {k: z[k] for k in z.files}
