@@ -27,7 +27,7 @@ class Result:
     n_nodes: int
     formats: object  # the first method's pipeline.FormatStats
     shared_bytes: int  # constant bytes the file holds once though several methods read them
-    collectives: tuple = (0, 0)  # a tensor-parallel sink plan's (pipeline.Result.collectives)
+    collectives: tuple = (0, 0, 0)  # a tensor-parallel sink plan's (pipeline.Result.collectives)
 
 
 def compile_methods(methods, digest, options=pipeline.Options(), progress=None, on_start=None):

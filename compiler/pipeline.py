@@ -138,8 +138,9 @@ class Result:
     n_nodes: int
     formats: FormatStats = None
     # a tensor-parallel sink plan's collectives per step: (named in its program, run by
-    # its compiled HLO on the build host, after XLA combined some)
-    collectives: tuple = (0, 0)
+    # its compiled HLO on the build host, after XLA combined some, the bytes each device
+    # puts into them)
+    collectives: tuple = (0, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -438,7 +439,7 @@ def compile_graph(graph, digest, options=Options(), progress=None, on_start=None
     else:  # (a tensor-parallel plan is verified once its mesh is whole: compiler/tensor_parallel_plan.py)
         verify.verify(plan)
     return Result(plan, time.perf_counter() - t0, n_nodes, format_stats(p, lowered),
-                  tuple(sum(k.collectives[j] for k in lowered.kernels) for j in range(2)))
+                  tuple(sum(k.collectives[j] for k in lowered.kernels) for j in range(3)))
 
 
 def format_stats(p, lowered):

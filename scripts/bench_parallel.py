@@ -134,8 +134,11 @@ def tensor_main():
                 colls = mesh.collectives if mesh is not None else ()
                 moved = sum(p.tensors[i].nbytes for c in colls for i in c.reads)
                 ratio = f" ({ms[(n, label)] / base:.2f}x {counts[0]} device)" if base else ""
-                said = (f"collectives {counted[(n, label)][0]} in the program, {counted[(n, label)][1]} compiled"
-                        if (n, label) in counted else f"collectives {len(colls)}, bytes each device sends {moved:>8}")
+                if (n, label) in counted:  # (a sink plan's: in its program, and in XLA's compiled one)
+                    named, colls, moved = counted[(n, label)]
+                    said = f"collectives {named} in the program, {colls} compiled, bytes each device sends {moved:>8}"
+                else:
+                    said = f"collectives {len(colls)}, bytes each device sends {moved:>8}"
                 print(f"{os.path.basename(os.path.dirname(path)):18s} {n} device(s){label:10s}: {ms[(n, label)]:8.3f} ms"
                       f"{ratio}; {said}; arena "
                       f"{m.arena_bytes:>9} pool {m.constant_pool_bytes:>10} workspace {m.max_workspace_bytes:>9}",

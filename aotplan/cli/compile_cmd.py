@@ -294,11 +294,12 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                    f"the arena")
     if plan.mesh is not None and plan.mesh.parallel == "tensor" and plan.launch_mode == "sink":
         split = sum(1 for sh in plan.mesh.shardings if plan.tensors[sh.tensor].kind == "constant")
-        named, compiled = res.collectives
+        named, compiled, moved = res.collectives
         click.echo(f"  devices: {plan.mesh.devices} (tensor parallel): each holds its part of "
                    f"{plural(split, 'split weight')} and takes the whole inputs; one program over the devices holds "
                    f"the step's collectives: {named} in the program, {compiled} per step in the HLO XLA compiled on "
-                   f"this host (XLA combines collectives of one point) (the figures here are one device's)")
+                   f"this host (XLA combines collectives of one point; {fmt_bytes(moved)} from each device) (the "
+                   f"figures here are one device's)")
     elif plan.mesh is not None and plan.mesh.parallel == "tensor":
         mesh = plan.mesh
         split = sum(1 for sh in mesh.shardings if plan.tensors[sh.tensor].kind == "constant")

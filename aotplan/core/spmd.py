@@ -28,10 +28,15 @@ from aotplan.core.plan import MESH_AXIS
 
 ARENA, PARTS, WHOLE = "arena", "parts", "whole"
 
-# the collective operations of a compiled HLO module's text (XLA names each
-# instruction's op after its result's type: `%x = f32[8]{0} all-reduce(...)`; on GPU
-# the asynchronous pairs are `-start` and `-done`: the start is counted)
-_COLLECTIVE = re.compile(r"\s(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(-start)?\(")
+# the collective operations of a compiled HLO module's text, each instruction's result
+# type before its op: `%x = f32[8]{0} all-reduce(...)`, `(f32[4]{0}, f32[8]{0})` where
+# XLA combined several; on GPU the asynchronous pairs are `-start` and `-done`: the
+# start is counted (an all-gather-start's result is (its operand, its result))
+_COLLECTIVE = re.compile(r"= (\S+|\([^=]*?\)) (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)"
+                         r"(-start)?\(")
+_SHAPE = re.compile(r"\b(pred|[sfu](?:8|16|32|64)|bf16)\[([\d,]*)\]")
+_ITEM = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
+         "s64": 8, "u64": 8, "f64": 8}
 
 
 def is_spmd(plan):
@@ -67,7 +72,24 @@ def avals(sig, roles, mesh):
             for (shape, dtype), role in zip(sig, roles)]
 
 
-def count_collectives(hlo_text):
-    """A compiled HLO module's text -> how many collectives it runs (XLA's combining
-    passes have run: several all-reduces at one point may be one)."""
-    return len(_COLLECTIVE.findall(hlo_text))
+def collectives_in_hlo(hlo_text, devices):
+    """A compiled HLO module's text -> (how many collectives it runs, the bytes each
+    device puts into them per step). XLA's combining passes have run: several
+    all-reduces at one point may be one. An all-reduce's operands are its result's
+    size; an all-gather's, its result's over `devices`."""
+    count = moved = 0
+    for result, op, start in _COLLECTIVE.findall(hlo_text):
+        sizes = [_ITEM.get(t, 4) * _elements(dims) for t, dims in _SHAPE.findall(result)]
+        count += 1
+        if op == "all-gather":
+            moved += sizes[0] if start and len(sizes) == 2 else sum(sizes) // devices
+        else:
+            moved += sum(sizes)
+    return count, moved
+
+
+def _elements(dims):
+    n = 1
+    for d in dims.split(","):
+        n *= int(d) if d else 1
+    return n

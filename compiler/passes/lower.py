@@ -52,8 +52,9 @@ class LoweredKernel:
     relayouts: tuple = (0, 0, 0)
     state: bool = False  # takes and returns the state buffer after the arena
     # a tensor-parallel sink plan's kernel: (collectives its program names, collectives
-    # its compiled HLO runs on the build host, after XLA combined some)
-    collectives: tuple = (0, 0)
+    # its compiled HLO runs on the build host, after XLA combined some, the bytes each
+    # device puts into them)
+    collectives: tuple = (0, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,9 @@ class _Exporter:
             hlo = compiled.as_text() or ""
             # (the compiled program's parameters: the arguments the export kept)
             params = [n for n, i in enumerate(here.module_kept_var_idx) if i in constants]
+            over = spmd.collectives_in_hlo(hlo, self.mesh.devices.size) if self.mesh is not None else (0, 0)
             return (blob, temp, alias, nat, (*cformats.count_relayouts(hlo), constant_moves.count(hlo, params)),
-                    (named, spmd.count_collectives(hlo)))
+                    (named, *over))
 
         if self.pool is None:
             done = build()

@@ -27,7 +27,7 @@ from aotplan.core import codec, model_json
 from compiler import pipeline, tensor_parallel_plan
 
 models = json.loads(sys.argv[1])
-report.update({"diff": {}, "in_place": {}, "pool": {}, "collectives": {}, "kind": {}})
+report.update({"diff": {}, "in_place": {}, "pool": {}, "collectives": {}, "kind": {}, "moved": {}})
 
 rng = np.random.default_rng(0)
 for name, path in models.items():
@@ -54,6 +54,8 @@ for name, path in models.items():
                                       for k in want)
             report["pool"][key] = plan.memory.constant_pool_bytes / one_plan.memory.constant_pool_bytes
             report["collectives"][key] = len(plan.mesh.collectives)
+            report["moved"][key] = (report["collectives"][key + "/compiled"][2] if launch == "sink" else
+                                    sum(plan.tensors[i].nbytes for c in plan.mesh.collectives for i in c.reads))
             sess.close()
 
 mlp = models["mlp"]
@@ -122,12 +124,17 @@ def test_each_device_keeps_its_arena_in_place_and_its_part_of_the_weights(report
         # a sink plan: none between launches; its program names them, XLA may combine some
         assert report["collectives"][f"bert/sink/{n}"] == 0
         sink = {k: v for k, v in report["collectives"].items() if "/sink/" in k}
-        named, compiled = report["collectives"][f"bert/sink/{n}/compiled"]
+        named, compiled, _ = report["collectives"][f"bert/sink/{n}/compiled"]
         assert named >= 4 and 1 <= compiled <= named, sink
         # three heads' partial sums at one point: jax writes an all-reduce each (or one
         # of three operands), XLA's compiled program runs one
-        named, compiled = report["collectives"][f"heads/sink/{n}/compiled"]
+        named, compiled, _ = report["collectives"][f"heads/sink/{n}/compiled"]
         assert named in (1, 3) and compiled == 1, sink
+    # the bytes each device puts into the collectives, from the sink plan's compiled HLO,
+    # are the fused plan's (the same all-reduces and all-gathers, however XLA groups them)
+    for m in ("mlp", "transformer", "bert", "heads"):
+        for n in (2, 4):
+            assert report["moved"][f"{m}/sink/{n}"] == report["moved"][f"{m}/fused/{n}"] > 0, report["moved"]
 
 
 def test_bad_devices_and_feeds_are_one_clear_error(report):
