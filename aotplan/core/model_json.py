@@ -36,6 +36,7 @@ import tokenize
 import zipfile
 import zlib
 
+import ml_dtypes
 import numpy as np
 
 from aotplan.core import dtypes, fileio, safetensors_weights
@@ -216,7 +217,8 @@ def _check_scalar(v, dtype, where):
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ModelError(f"{where}: {dtype} values must be numbers, got {v!r}")
     if dtype in dtypes.FLOAT_DTYPES:
-        finfo = np.finfo(dtypes.np_dtype(dtype))
+        # (ml_dtypes' finfo knows bfloat16 too; numpy's own refuses it from numpy 2.5)
+        finfo = ml_dtypes.finfo(dtypes.np_dtype(dtype))
         # (JSON has no infinity: a literal past float64's range, 1e400, parses as one)
         if not abs(v) <= float(finfo.max):
             shown = (repr(v) if len(repr(v)) <= 24 else f"{v:g}") if abs(v) < 1e308 else \
