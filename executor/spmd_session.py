@@ -17,6 +17,7 @@ The interface is `MeshSession`'s: `run`, `input_specs`, `output_specs`, `memory`
 and reads its own devices, and every process calls the program at once.
 """
 
+import dataclasses
 import threading
 import time
 
@@ -38,6 +39,8 @@ def _shaped(a, shape):
 
 
 class SpmdSession(OneMethodNoStates):
+    """A tensor-parallel sink plan loaded on its devices (the module docstring)."""
+
     def __init__(self, plan, devices, warmup=True, trusted=False, progress=None, jobs=None, max_memory=None,
                  reader_guard=None):
         """`devices`: the plan's devices, in mesh order (executor.mesh_session.mesh_devices)."""
@@ -77,7 +80,14 @@ class SpmdSession(OneMethodNoStates):
             allowed, where = memory_limits.limit(d, max_memory)
             memory_limits.check_compiled(plan, self.workspace_bytes, widest, allowed, where)
         progress("placing the constants")
-        self._pool = [self._parts(i) for i in plan.kernel_args(plan.launches[0])[0]]
+        rows = [{c.tensor: c.data for c in self.mesh.device_constants(plan.constants, d)}
+                for d in range(len(self.devices))]  # (each device's bytes of each constant)
+        self._pool = [self._parts(i, rows) for i in plan.kernel_args(plan.launches[0])[0]]
+        # the devices hold the weights now: no host copy is kept (the plan's constants
+        # view the file's bytes, which would otherwise stay for the session's life)
+        jax.block_until_ready(self._pool)
+        self.plan = plan = dataclasses.replace(plan, constants=(), mesh=dataclasses.replace(plan.mesh, shards=()))
+        self.mesh = plan.mesh
         self._words = plan.arena_bytes // formats.WORD_BYTES
         self._arena = self._fresh_arena()
         array_type = type(jax.device_put(np.zeros((), np.float32), self._mine[0]))
@@ -98,12 +108,11 @@ class SpmdSession(OneMethodNoStates):
                  for d in self._mine]
         return jax.make_array_from_single_device_arrays(whole, sharding, parts)
 
-    def _parts(self, i):
-        """Pool constant `i`: each device's own bytes (its part of a split weight)."""
+    def _parts(self, i, rows):
+        """Pool constant `i`: each device's own bytes (its part of a split weight;
+        `rows[d]`: device d's constants' bytes)."""
         t = self.plan.tensors[i]
         dt = dtypes.np_dtype(dtypes.storage_dtype(t.dtype))
-        rows = {d: {c.tensor: c.data for c in self.mesh.device_constants(self.plan.constants, d)}
-                for d in range(len(self.devices))}
         return self._joined(spmd.PARTS, t.shape, lambda d: np.frombuffer(rows[d][i], dt))
 
     def _fresh_arena(self):
