@@ -8,7 +8,9 @@ than the plan declares:
 
 - only the operations in `OPERATIONS` (pure computations on tensors: no custom calls
   except those in `CUSTOM_CALLS`, no host transfers, no collectives, no tokens), and
-  composites only of the names in `COMPOSITES`;
+  composites only of the names in `COMPOSITES`; a tensor-parallel sink plan's program
+  over the plan's mesh may also hold the collectives and the mesh structure that
+  `kernel_program_mesh` allows it;
 - functions that exist, called without recursion, at most `MAX_INLINED_OPERATIONS`
   operations with every call inlined (as XLA inlines them);
 - `while` only as the compiler emits it (jax's scan and fori_loop): an induction
