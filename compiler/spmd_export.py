@@ -13,7 +13,7 @@ CPU devices runs on GPUs (`--target cuda`).
 import jax
 
 from aotplan.core import spmd
-from aotplan.core.errors import ModelError
+from aotplan.core.errors import InternalError, ModelError
 
 
 def build_mesh(devices, platform):
@@ -29,18 +29,15 @@ def build_mesh(devices, platform):
     return spmd.mesh_of(have[:devices])
 
 
-def roles(n_args, constant_args):
-    """A sink kernel's arguments (the arena, its pool constants, the feeds) -> their roles."""
-    parts = set(constant_args)
-    return [spmd.ARENA if i == 0 else spmd.PARTS if i in parts else spmd.WHOLE for i in range(n_args)]
-
-
 def wrap(fn, specs, constant_args, mesh):
     """One device's kernel `fn` and its argument types `specs` -> (the program over
     `mesh`, its argument types there). It returns the arena split over the mesh and
     the outputs replicated (they are whole after the step's last collective; jax cannot
     prove it through the arena's bytes, so replication is not checked: `check_vma`)."""
-    kinds = roles(len(specs), constant_args)
+    if list(constant_args) != list(range(1, 1 + len(constant_args))):  # (lower: the pool right after the arena)
+        raise InternalError(f"a sink kernel over the mesh takes its pool constants right after the arena, not at "
+                            f"{list(constant_args)}")
+    kinds = spmd.roles(len(specs), len(constant_args))
 
     def body(*args):
         arena, *outs = fn(*(a[0] if k == spmd.PARTS else a for a, k in zip(args, kinds)))

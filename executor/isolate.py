@@ -145,9 +145,7 @@ def _child():
                     progress=lambda what: say(_STAGE + what), jobs=1,  # a crash names its kernel
                     max_memory=req["max_memory"], reader_guard=False)  # (this child is the guard: a crash is reported)
         if spmd.is_spmd(plan):  # one program over the mesh: run on its devices (on CPU, host devices)
-            flags = os.environ.get("XLA_FLAGS", "")
-            if "xla_force_host_platform_device_count" not in flags:
-                os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={plan.mesh.devices}".strip()
+            spmd.ask_host_devices(plan.mesh.devices)
             from executor.mesh_session import open_mesh
 
             session = open_mesh(plan, **args)

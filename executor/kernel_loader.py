@@ -73,16 +73,15 @@ class LoadedKernels:
 
 def over_mesh(plan, wants, mesh):
     """A tensor-parallel sink plan's one kernel (aotplan/core/spmd.py): `wants`' one
-    device's types -> {kernel: (role, the program's types, its results' types, each
-    argument's role)} over `mesh`."""
+    device's types -> {kernel: (role, the program's argument types, its results'
+    types, each argument's role, one device's argument types)} over `mesh`."""
     n = mesh.devices.size
+    n_pool = len(plan.kernel_args(plan.launches[0])[0])
+    glob = lambda sig, rs: [(spmd.global_shape(s, r, n), d) for (s, d), r in zip(sig, rs)]  # noqa: E731
     spread = {}
     for ki, (role, takes, returns) in wants.items():
-        n_pool = len(plan.kernel_args(plan.launches[0])[0])
-        roles = [spmd.ARENA] + [spmd.PARTS] * n_pool + [spmd.WHOLE] * (len(takes) - 1 - n_pool)
-        glob = lambda sig, rs: [(spmd.global_shape(s, r, n), d) for (s, d), r in zip(sig, rs)]  # noqa: E731
-        spread[ki] = (role, glob(takes, roles), glob(returns, [spmd.ARENA] + [spmd.WHOLE] * (len(returns) - 1)),
-                      roles, takes)
+        roles = spmd.roles(len(takes), n_pool)
+        spread[ki] = (role, glob(takes, roles), glob(returns, spmd.roles(len(returns), 0)), roles, takes)
     return spread
 
 

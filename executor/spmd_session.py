@@ -65,6 +65,9 @@ class SpmdSession(OneMethodNoStates):
             allowed, where = memory_limits.limit(d, max_memory)
             memory_limits.check_stated(plan, allowed, where)
         self._mesh = spmd.mesh_of(self.devices)
+        # (made once: every step joins its feeds with the WHOLE one)
+        self._shardings = {r: NamedSharding(self._mesh, spmd.partition(r))
+                           for r in (spmd.ARENA, spmd.PARTS, spmd.WHOLE)}
         T = plan.tensors
         self._inputs = [T[i] for i in plan.inputs]
         self._outputs = [T[i] for i in plan.outputs]
@@ -101,12 +104,11 @@ class SpmdSession(OneMethodNoStates):
     def _joined(self, role, shape, per_device):
         """{mesh position: a host array of one device's shape} -> one array over the
         mesh (this process's devices' parts placed on them)."""
-        sharding = NamedSharding(self._mesh, spmd.partition(role))
         whole = spmd.global_shape(shape, role, len(self.devices))
         lead = (1,) if role == spmd.PARTS else ()
         parts = [jax.device_put(_shaped(per_device(self.devices.index(d)), lead + tuple(shape)), d)
                  for d in self._mine]
-        return jax.make_array_from_single_device_arrays(whole, sharding, parts)
+        return jax.make_array_from_single_device_arrays(whole, self._shardings[role], parts)
 
     def _parts(self, i, rows):
         """Pool constant `i`: each device's own bytes (its part of a split weight;

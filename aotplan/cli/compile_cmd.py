@@ -1,7 +1,6 @@
 """`aotplan compile`: model -> plan file, and the summary of what the compiler decided.
 """
 
-import os
 import re
 import sys
 
@@ -161,7 +160,9 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
     if launch is None:
         launch = "fused" if parallel == "tensor" and devices > 1 else "sink"
     if devices > 1 and parallel == "tensor" and launch == "sink":
-        _host_devices_for_export(devices)
+        from aotplan.core import spmd  # (its one program is exported over that many: compiler/spmd_export.py)
+
+        spmd.ask_host_devices(devices)
     if devices > 1 and (method_specs or profiles or states):
         raise click.UsageError(f"--devices {devices}: a plan for several devices holds one method and no states "
                                f"(leave out {'--method' if method_specs else '--profile' if profiles else '--state'})")
@@ -316,16 +317,6 @@ def compile_cmd(model, output, planner, weights, input_shapes, frozen, disabled,
                    f"(the figures here are one device's); no collective")
     click.echo(f"  device memory per step: {fmt_bytes(m.step_device_bytes)}"
                + (" per device" if plan.mesh is not None else "") + f"; compile time {res.seconds:.2f} s")
-
-
-def _host_devices_for_export(devices):
-    """A tensor-parallel sink plan's one program is exported over `devices` devices of
-    this host's platform (compiler/spmd_export.py): on a CPU host, XLA gives that many
-    where XLA_FLAGS asks before jax's backends start (it has no effect on other
-    platforms' devices). A flag the user set is kept."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
 
 
 def _ignored_options(launch, weights, given):

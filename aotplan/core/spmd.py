@@ -18,6 +18,7 @@ It returns the arena (ARENA, donated: written in place) and the outputs (WHOLE: 
 device's are the same; device 0's are the step's).
 """
 
+import os
 import re
 
 import jax
@@ -42,6 +43,21 @@ _ITEM = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "
 def is_spmd(plan):
     """Whether `plan` is a tensor-parallel sink plan: its one kernel spans the mesh."""
     return plan.mesh is not None and plan.mesh.parallel == "tensor" and plan.launch_mode == "sink"
+
+
+def roles(n_args, n_pool):
+    """A sink kernel's arguments (the arena, its `n_pool` pool constants, the feeds) ->
+    their roles."""
+    return [ARENA] + [PARTS] * n_pool + [WHOLE] * (n_args - 1 - n_pool)
+
+
+def ask_host_devices(devices):
+    """Ask XLA for `devices` CPU host devices, where jax's backends have not started
+    (XLA reads XLA_FLAGS once, as they start; other platforms' devices are not
+    touched). A count the user set is kept."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
 
 
 def global_shape(shape, role, devices):
